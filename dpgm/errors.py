@@ -1,0 +1,47 @@
+"""Exceptions and warnings raised by dpgm."""
+
+from __future__ import annotations
+
+
+class DpgmWarning(UserWarning):
+    """Base class of every warning dpgm emits."""
+
+
+class ConvergenceWarning(DpgmWarning):
+    """An iterative fit stopped at ``max_iter`` without meeting ``tol``."""
+
+
+class DataError(ValueError):
+    """Bad input data: names the variable and, where known, the chunk.
+
+    Parameters
+    ----------
+    message
+        What is wrong and what was expected.
+    variable
+        The offending variable, if one.
+    chunk
+        Index of the first chunk (along ``row``) where the problem was seen.
+    """
+
+    def __init__(self, message: str, variable: str | None = None, chunk: int | None = None):
+        where = []
+        if variable is not None:
+            where.append(f"variable {variable!r}")
+        if chunk is not None:
+            where.append(f"chunk {chunk}")
+        prefix = f"{', '.join(where)}: " if where else ""
+        super().__init__(prefix + message)
+        self.variable = variable
+        self.chunk = chunk
+
+    def __reduce__(self):  # keep fields when pickled across a cluster
+        return (_rebuild_data_error, (self.args[0], self.variable, self.chunk))
+
+
+def _rebuild_data_error(text: str, variable: str | None, chunk: int | None) -> DataError:
+    error = DataError.__new__(DataError)
+    ValueError.__init__(error, text)
+    error.variable = variable
+    error.chunk = chunk
+    return error

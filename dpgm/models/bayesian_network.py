@@ -1,0 +1,139 @@
+"""Discrete Bayesian networks with tabular conditional probability tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+import xarray as xr
+
+__all__ = ["BayesianNetwork"]
+
+
+class BayesianNetwork:
+    """A discrete Bayesian network with labelled conditional probability tables.
+
+    Parameters
+    ----------
+    cpds
+        Mapping variable -> conditional probability table, an ``xarray.DataArray``
+        whose first dimension is the variable itself and whose remaining dimensions
+        are its parents; coordinates are state labels. Every column (one parent
+        configuration) sums to 1 over the first dimension.
+
+    Raises
+    ------
+    ValueError
+        If a table is not a distribution over its first dimension, a parent is not
+        a variable of the network, the labels of a variable disagree between tables,
+        or the graph has a cycle.
+
+    Examples
+    --------
+    >>> import xarray as xr
+    >>> rain = xr.DataArray([0.2, 0.8], dims=["rain"], coords={"rain": ["yes", "no"]})
+    >>> wet = xr.DataArray(
+    ...     [[0.9, 0.1], [0.1, 0.9]], dims=["wet", "rain"],
+    ...     coords={"wet": ["yes", "no"], "rain": ["yes", "no"]})
+    >>> BayesianNetwork({"rain": rain, "wet": wet}).variables
+    ('rain', 'wet')
+    """
+
+    def __init__(self, cpds: Mapping[str, xr.DataArray]):
+        self.cpds: dict[str, xr.DataArray] = {}
+        states: dict[str, tuple[str, ...]] = {}
+        for variable, table in cpds.items():
+            if not isinstance(table, xr.DataArray):
+                raise TypeError(
+                    f"the table of {variable!r} must be an xarray.DataArray, got {type(table).__name__}"
+                )
+            if not table.dims or table.dims[0] != variable:
+                raise ValueError(
+                    f"the table of {variable!r} must have {variable!r} as its first dimension, "
+                    f"got dims {table.dims!r}"
+                )
+            for dim in table.dims:
+                if dim not in table.coords:
+                    raise ValueError(f"the table of {variable!r} has no state labels for {dim!r}")
+                labels = tuple(str(v) for v in table.coords[dim].values)
+                if dim in states and states[dim] != labels:
+                    raise ValueError(
+                        f"variable {dim!r} has labels {states[dim]!r} in one table and "
+                        f"{labels!r} in the table of {variable!r}"
+                    )
+                states[dim] = labels
+            values = np.asarray(table.values, dtype=float)
+            if (values < 0).any() or not np.isfinite(values).all():
+                raise ValueError(f"the table of {variable!r} has negative or non-finite entries")
+            sums = values.sum(axis=0)
+            if not np.allclose(sums, 1.0, rtol=0, atol=1e-9):
+                worst = float(np.abs(sums - 1).max())
+                raise ValueError(
+                    f"the table of {variable!r} does not sum to 1 over {variable!r} "
+                    f"(largest deviation {worst:.3g})"
+                )
+            self.cpds[variable] = table.astype(float)
+        unknown = sorted(set(states) - set(self.cpds))
+        if unknown:
+            raise ValueError(f"parents {unknown} have no table; known: {sorted(self.cpds)}")
+        graph = nx.DiGraph()
+        graph.add_nodes_from(self.cpds)
+        graph.add_edges_from((p, v) for v, t in self.cpds.items() for p in t.dims[1:])
+        if not nx.is_directed_acyclic_graph(graph):
+            cycle = nx.find_cycle(graph)
+            raise ValueError(f"the network has a directed cycle: {cycle}")
+        order = {v: i for i, v in enumerate(self.cpds)}
+        self.variables: tuple[str, ...] = tuple(
+            nx.lexicographical_topological_sort(graph, key=order.__getitem__)
+        )
+        self.states: dict[str, tuple[str, ...]] = {v: states[v] for v in self.variables}
+
+    def parents(self, variable: str) -> tuple[str, ...]:
+        """The parents of ``variable``, in the order of its table's dimensions."""
+        return tuple(self.cpds[variable].dims[1:])
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """Directed edges ``(parent, child)``."""
+        return [(p, v) for v in self.variables for p in self.parents(v)]
+
+    @property
+    def families(self) -> list[tuple[str, ...]]:
+        """Each variable with its parents: the scopes of the tables."""
+        return [(v, *self.parents(v)) for v in self.variables]
+
+    def cardinality(self, variable: str) -> int:
+        """Number of states of ``variable``."""
+        return len(self.states[variable])
+
+    def __repr__(self) -> str:
+        return f"BayesianNetwork({len(self.variables)} variables, {len(self.edges)} edges)"
+
+    @classmethod
+    def from_arrays(
+        cls,
+        parents: Mapping[str, Sequence[str]],
+        states: Mapping[str, Sequence[str]],
+        tables: Mapping[str, np.ndarray],
+    ) -> BayesianNetwork:
+        """Build a network from plain arrays shaped ``(variable, *parents)``."""
+        cpds = {}
+        for variable, table in tables.items():
+            dims = [variable, *parents.get(variable, ())]
+            cpds[variable] = xr.DataArray(
+                np.asarray(table, dtype=float),
+                dims=dims,
+                coords={d: list(states[d]) for d in dims},
+            )
+        return cls(cpds)
+
+
+def topological(variables: Iterable[str], edges: Iterable[tuple[str, str]]) -> list[str]:
+    """Variables in a topological order of ``edges`` (ties broken by input order)."""
+    variables = list(variables)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(variables)
+    graph.add_edges_from(edges)
+    order = {v: i for i, v in enumerate(variables)}
+    return list(nx.lexicographical_topological_sort(graph, key=order.__getitem__))
