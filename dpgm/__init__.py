@@ -1,17 +1,37 @@
-"""dpgm: probabilistic graphical models fitted on chunked Zarr datasets with Dask."""
+"""dpgm: probabilistic graphical models fitted on chunked Zarr datasets with Dask.
 
+The public API lives here; see the README for a tour.
+"""
+
+from dpgm.cluster import compute, connect
+from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
+from dpgm.data.convert import convert
+from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork
 from dpgm.networks import available_networks, load_network
+from dpgm.stats import Counts, counts
 
 __all__ = [
     "BayesianNetwork",
     "ConvergenceWarning",
+    "Counts",
     "DataError",
     "DpgmWarning",
+    "Schema",
     "available_networks",
+    "compute",
+    "connect",
+    "convert",
+    "counts",
+    "from_pandas",
+    "from_table",
     "load_network",
+    "open_dataset",
     "read_bif",
+    "sample_bayesian_network",
+    "to_pandas",
+    "write_dataset",
     "write_bif",
 ]

@@ -1,2 +1,234 @@
-def main() -> None:  # replaced below
-    pass
+"""The ``dpgm`` command line: batch jobs on an embedded or a real Dask cluster.
+
+Exit codes: 0 success, 2 usage, 65 bad data, 66 no input, 69 scheduler
+unreachable, 70 internal error, 78 bad configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE, EX_CONFIG = 65, 66, 69, 70, 78
+
+scheduler_option = click.option(
+    "--scheduler",
+    envvar="DASK_SCHEDULER_ADDRESS",
+    default=None,
+    help="Address of a running Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else an embedded local cluster).",
+)
+scheduler_file_option = click.option("--scheduler-file", default=None, help="Scheduler file of a running cluster (HPC).")
+workers_option = click.option("--workers", type=int, default=None, help="Workers of the embedded cluster (default: one per core).")
+
+
+class _Failure(click.ClickException):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.exit_code = code
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """Map dpgm's exceptions to one-line messages and sysexits codes."""
+    from dpgm.cluster import SchedulerUnreachable
+    from dpgm.errors import DataError
+
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except DataError as error:
+        raise _Failure(str(error), EX_DATAERR) from None
+    except FileNotFoundError as error:
+        raise _Failure(str(error), EX_NOINPUT) from None
+    except FileExistsError as error:
+        raise _Failure(f"{error}; pass --overwrite to replace it", EX_CONFIG) from None
+    except SchedulerUnreachable as error:
+        raise _Failure(str(error), EX_UNAVAILABLE) from None
+    except (ValueError, TypeError) as error:
+        raise _Failure(str(error), EX_DATAERR) from None
+
+
+@contextlib.contextmanager
+def _cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None, quiet: bool = False):
+    from dpgm.cluster import connect
+
+    with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers) as client:
+        if not quiet:
+            click.echo(f"dashboard: {client.dashboard_link}", err=True)
+        yield client
+
+
+def _progress() -> bool:
+    return sys.stderr.isatty()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpgm")
+def cli() -> None:
+    """Fit probabilistic graphical models to chunked Zarr datasets on a Dask cluster."""
+
+
+@cli.command()
+@click.argument("network")
+@click.argument("out", type=click.Path())
+@click.option("--rows", type=float, required=True, help="Number of rows (1e6 accepted).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--missing", type=float, default=0.0, show_default=True, help="Fraction of values missing completely at random.")
+@click.option("--chunk-rows", type=float, default=1e6, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler, scheduler_file, workers) -> None:
+    """Sample ROWS rows of NETWORK (a shipped network's name or a BIF file) into the Zarr store OUT."""
+    from dpgm.data.sample import sample_bayesian_network
+    from dpgm.networks import load_network
+
+    with _errors():
+        model = load_network(network)
+        with _cluster(scheduler, scheduler_file, workers) as client:
+            start = time.perf_counter()
+            ds = sample_bayesian_network(
+                model, int(rows), out, seed=seed, missing=missing, chunk_rows=int(chunk_rows),
+                client=client, progress=_progress(), mode="w" if overwrite else "w-",
+            )
+            seconds = time.perf_counter() - start
+    click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out} in {seconds:.1f} s")
+
+
+@cli.command()
+@click.argument("source", type=click.Path())
+@click.argument("out", type=click.Path())
+@click.option("--chunk-rows", type=float, default=1e6, show_default=True)
+@click.option("--categorical", multiple=True, help="Column to treat as categorical (repeatable).")
+@click.option("--continuous", multiple=True, help="Column to treat as continuous (repeatable).")
+@click.option("--weight", default=None, help="Column of frequency weights.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite) -> None:
+    """Convert a CSV/TSV/Parquet file SOURCE to the Zarr dataset OUT, streaming it in chunks."""
+    from dpgm.data.convert import convert as run
+
+    with _errors():
+        ds = run(source, out, chunk_rows=int(chunk_rows), categorical=categorical, continuous=continuous,
+                 weight=weight, mode="w" if overwrite else "w-")
+    click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out}")
+
+
+@cli.command()
+@click.argument("data", type=click.Path())
+def info(data) -> None:
+    """Schema, chunking and row count of the dataset DATA."""
+    from dpgm.data import Schema, open_dataset
+
+    with _errors():
+        ds = open_dataset(data)
+        schema = Schema.from_dataset(ds)
+    chunks = ds[next(iter(ds.data_vars))].chunks[0] if ds.data_vars else ()
+    click.echo(f"{data}: {schema.n_rows:,} rows in {len(chunks)} chunks of up to {max(chunks, default=0):,} rows")
+    for name, variable in schema.items():
+        if variable.categorical:
+            click.echo(f"  {name:24s} {str(variable.dtype):8s} {variable.cardinality:3d} states: {', '.join(variable.states)}")
+        else:
+            click.echo(f"  {name:24s} {str(variable.dtype):8s} continuous")
+    if schema.weight:
+        click.echo(f"  {schema.weight:24s} frequency weights")
+
+
+@cli.command()
+@click.argument("data", type=click.Path())
+@click.option("--scope", "scopes", multiple=True, required=True, help="Comma-separated variables, e.g. A,B (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
+@click.option("--out", type=click.Path(), default=None, help="Save the tables to this NetCDF/Zarr path instead.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers) -> None:
+    """Contingency tables of each --scope of DATA, in one pass."""
+    from dpgm.data import open_dataset
+    from dpgm.stats import counts as run
+
+    parsed = [tuple(s.strip() for s in scope.split(",") if s.strip()) for scope in scopes]
+    with _errors():
+        ds = open_dataset(data)
+        with _cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:
+            tables = run(ds, parsed, client=client, progress=_progress() and not as_json)
+    if as_json:
+        payload = {
+            ",".join(scope): {
+                "dims": list(table.dims),
+                "states": {d: list(map(str, table.coords[d].values)) for d in table.dims},
+                "counts": table.values.tolist(),
+                "n_missing": tables.n_missing[scope],
+            }
+            for scope, table in tables.items()
+        }
+        click.echo(json.dumps({"n_rows": tables.n_rows, "tables": payload}))
+        return
+    if out:
+        import xarray as xr
+
+        merged = xr.Dataset({"_".join(s): t.rename(f"counts_{'_'.join(s)}") for s, t in tables.items()})
+        merged.to_zarr(out, mode="w", consolidated=False)
+        click.echo(f"saved {len(tables)} tables to {out}")
+        return
+    for scope, table in tables.items():
+        click.echo(f"\n{','.join(scope)}  (missing: {tables.n_missing[scope]:,})")
+        click.echo(table.to_series().to_string())
+
+
+@cli.command()
+@click.option("--rows", type=float, default=1e6, show_default=True)
+@click.option("--network", default="alarm", show_default=True)
+@scheduler_option
+@scheduler_file_option
+@workers_option
+def demo(rows, network, scheduler, scheduler_file, workers) -> None:
+    """Generate a dataset from a shipped network on a local cluster and count its families."""
+    from dpgm.data.sample import sample_bayesian_network
+    from dpgm.networks import load_network
+    from dpgm.stats import counts as run
+
+    model = load_network(network)
+    with _errors(), tempfile.TemporaryDirectory() as folder, _cluster(scheduler, scheduler_file, workers) as client:
+        path = Path(folder) / f"{network}.zarr"
+        click.echo(f"generating {int(rows):,} rows of {network} ({len(model.variables)} variables) into {path} ...")
+        start = time.perf_counter()
+        ds = sample_bayesian_network(model, int(rows), path, seed=0, missing=0.05,
+                                     chunk_rows=max(int(rows) // 8, 1), client=client)
+        generated = time.perf_counter() - start
+        click.echo(f"  {generated:.1f} s")
+        click.echo(f"counting {len(model.families)} family tables in one pass ...")
+        start = time.perf_counter()
+        tables = run(ds, model.families, client=client)
+        seconds = time.perf_counter() - start
+        click.echo(f"  {seconds:.2f} s, {ds.sizes['row'] / seconds:,.0f} rows/s\n")
+        click.echo(tables.summary())
+        worst = max(model.families, key=lambda s: tables[s].size)
+        click.echo(f"\nlargest family table {','.join(worst)}: {tables[worst].size} cells")
+        click.echo(f"dashboard: {client.dashboard_link}")
+
+
+def main() -> None:
+    """Entry point of the ``dpgm`` command."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as error:
+        sys.exit(error.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""Opening and writing datasets in Zarr v3 stores, and in-memory conversions."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
+from dpgm.errors import DataError
+
+__all__ = ["from_pandas", "from_table", "open_dataset", "to_pandas", "write_dataset", "zarr_encoding"]
+
+
+def _quiet_zarr():
+    """Zarr v3 warns about consolidated metadata it does not use: keep that out of user output."""
+    context = warnings.catch_warnings()
+    context.__enter__()
+    warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+    return context
+
+
+def open_dataset(
+    path_or_url: str | os.PathLike[str],
+    *,
+    chunk_rows: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> xr.Dataset:
+    """Open a dpgm dataset lazily (dask-backed) from a Zarr store.
+
+    Parameters
+    ----------
+    path_or_url
+        A local path or an fsspec URL (``s3://…``, ``gs://…``, ``memory://…``).
+    chunk_rows
+        Rows per Dask chunk; by default one chunk per Zarr chunk. Use a multiple of
+        the Zarr chunk size.
+    storage_options
+        Passed to fsspec for URLs.
+
+    Returns
+    -------
+    xarray.Dataset
+        Categorical codes stay integers (``-1`` = missing); nothing is read yet
+        beyond metadata.
+
+    Raises
+    ------
+    FileNotFoundError
+        No store at the path.
+    DataError
+        The store is not a valid dpgm dataset (see :class:`dpgm.data.Schema`).
+    """
+    path = os.fspath(path_or_url)
+    if "://" not in path and not os.path.exists(path):
+        raise FileNotFoundError(f"no dataset at {path!r}")
+    chunks: Any = {} if chunk_rows is None else {ROW: int(chunk_rows)}
+    context = _quiet_zarr()
+    try:
+        ds = xr.open_zarr(
+            path,
+            consolidated=False,
+            chunks=chunks,
+            storage_options=storage_options,
+            mask_and_scale=False,
+            decode_times=False,
+        )
+    finally:
+        context.__exit__(None, None, None)
+    order = ds.attrs.get("variables")
+    if isinstance(order, list) and set(order) == set(map(str, ds.data_vars)):
+        ds = ds[order]
+    Schema.from_dataset(ds)
+    return ds
+
+
+def zarr_encoding(ds: xr.Dataset, chunk_rows: int) -> dict[str, dict]:
+    """Encoding that keeps codes as integers with ``-1`` as the Zarr fill value.
+
+    ``_FillValue: None`` stops xarray from decoding codes to float with NaN, and
+    ``fill_value: -1`` makes unwritten chunks read back as missing, not as state 0.
+    """
+    encoding = {}
+    for name, array in ds.data_vars.items():
+        chunks = (chunk_rows, *array.shape[1:])
+        if array.dtype.kind in "iu" and name != WEIGHT:
+            encoding[name] = {"_FillValue": None, "fill_value": -1, "chunks": chunks}
+        else:
+            encoding[name] = {"_FillValue": None, "fill_value": np.nan, "chunks": chunks}
+    return encoding
+
+
+def write_dataset(
+    ds: xr.Dataset,
+    path: str | os.PathLike[str],
+    *,
+    chunk_rows: int = 1_000_000,
+    mode: str = "w-",
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+):
+    """Write a dataset to a Zarr v3 store, chunked along ``row``.
+
+    Parameters
+    ----------
+    ds
+        A dataset in dpgm's format (see :func:`from_pandas`, :func:`from_table`).
+        Dask-backed datasets are written chunk by chunk in parallel.
+    path
+        Local path or fsspec URL.
+    chunk_rows
+        Rows per Zarr chunk (and per Dask chunk on write).
+    mode
+        ``"w-"`` refuses to overwrite (default), ``"w"`` overwrites.
+    storage_options
+        Passed to fsspec for URLs.
+    compute
+        If False, only the metadata is written and a dask object is returned.
+
+    Raises
+    ------
+    DataError
+        The dataset is not in dpgm's format.
+    """
+    Schema.from_dataset(ds)
+    chunk_rows = int(chunk_rows)
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+    out = ds.copy()
+    out.attrs = {**ds.attrs, "dpgm_schema_version": SCHEMA_VERSION, "variables": list(map(str, ds.data_vars))}
+    if any(getattr(a.data, "chunks", None) is not None for a in ds.data_vars.values()):
+        out = out.chunk({ROW: chunk_rows})
+    for array in out.data_vars.values():
+        array.encoding = {}
+    context = _quiet_zarr()
+    try:
+        return out.to_zarr(
+            os.fspath(path),
+            mode=mode,
+            zarr_format=3,
+            consolidated=False,
+            encoding=zarr_encoding(out, chunk_rows),
+            storage_options=storage_options,
+            compute=compute,
+        )
+    finally:
+        context.__exit__(None, None, None)
+
+
+def _encode_series(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...] | None]:
+    """Codes and labels of a categorical column, or floats (labels None) of a numeric one."""
+    name = str(series.name)
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        states = tuple(str(s) for s in series.cat.categories)
+        codes = series.cat.codes.to_numpy()
+    elif series.dtype.kind == "f":
+        return series.to_numpy(dtype=np.float64), None
+    else:
+        codes, uniques = pd.factorize(series, sort=True, use_na_sentinel=True)
+        states = tuple(str(s) for s in uniques)
+    if len(set(states)) != len(states):
+        raise DataError(f"two states print as the same label: {states!r}", variable=name)
+    dtype = smallest_code_dtype(len(states), name)
+    return codes.astype(dtype), states
+
+
+def from_pandas(df: pd.DataFrame, *, weight: str | None = None) -> xr.Dataset:
+    """A pandas DataFrame as an in-memory dpgm dataset.
+
+    Categorical columns keep their categories as states; object, string, boolean
+    and integer columns become categorical with their sorted distinct values as
+    states (as strings); float columns stay continuous (NaN = missing). Missing
+    categorical values become code ``-1``.
+
+    Parameters
+    ----------
+    df
+        The table, one row per observation.
+    weight
+        Column of frequency weights, stored as ``weight``; a column already named
+        ``weight`` is taken as weights too.
+
+    Returns
+    -------
+    xarray.Dataset
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> ds = from_pandas(pd.DataFrame({"smoker": ["yes", "no", None]}))
+    >>> ds.smoker.values.tolist(), ds.smoker.attrs["states"]
+    ([1, 0, -1], ['no', 'yes'])
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    data_vars = {}
+    for column in df.columns:
+        series = df[column]
+        name = str(column)
+        if name == WEIGHT or column == weight:
+            values = series.to_numpy(dtype=np.float64)
+            _check_weights(values, 0)
+            data_vars[WEIGHT] = xr.Variable(ROW, values)
+            continue
+        values, states = _encode_series(series)
+        attrs = state_attrs(states, values.dtype) if states is not None else {}
+        data_vars[name] = xr.Variable(ROW, values, attrs=attrs)
+    if weight is not None and weight not in df.columns:
+        raise DataError(f"weight column {weight!r} not in the frame; columns: {list(map(str, df.columns))}")
+    return xr.Dataset(data_vars, attrs={"dpgm_schema_version": SCHEMA_VERSION})
+
+
+def to_pandas(ds: xr.Dataset) -> pd.DataFrame:
+    """A dataset as a DataFrame with categorical columns (loads it into memory: small data only)."""
+    schema = Schema.from_dataset(ds)
+    columns = {}
+    for name in ds.data_vars:
+        values = np.asarray(ds[name].values)
+        variable = schema.get(str(name))
+        if variable is not None and variable.categorical:
+            columns[name] = pd.Categorical.from_codes(values.astype(np.int64), categories=list(variable.states))
+        else:
+            columns[name] = values
+    return pd.DataFrame(columns)
+
+
+def _check_weights(values: np.ndarray, chunk: int) -> None:
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise DataError(
+            f"weights must be finite and nonnegative; row {first} has {values[first]!r}",
+            variable=WEIGHT,
+            chunk=chunk,
+        )
+
+
+def from_table(counts: xr.DataArray) -> xr.Dataset:
+    """A labelled contingency table as a weighted dataset, one row per cell.
+
+    Parameters
+    ----------
+    counts
+        Nonnegative counts; dims are variable names and coords their state labels.
+
+    Returns
+    -------
+    xarray.Dataset
+        One row per cell (zero cells included) with the cell's codes and its
+        count as ``weight``.
+
+    Examples
+    --------
+    >>> import xarray as xr
+    >>> table = xr.DataArray([[3, 1], [0, 2]], dims=["a", "b"],
+    ...                      coords={"a": ["x", "y"], "b": ["u", "v"]})
+    >>> from_table(table).weight.values.tolist()
+    [3.0, 1.0, 0.0, 2.0]
+    """
+    _check_table(counts)
+    values = np.asarray(counts.values, dtype=np.float64)
+    _check_weights(values.ravel(), 0)
+    index = np.indices(values.shape).reshape(values.ndim, -1)
+    data_vars = {}
+    for axis, dim in enumerate(counts.dims):
+        states = [str(s) for s in counts.coords[dim].values]
+        dtype = smallest_code_dtype(len(states), str(dim))
+        data_vars[str(dim)] = xr.Variable(ROW, index[axis].astype(dtype), attrs=state_attrs(states, dtype))
+    data_vars[WEIGHT] = xr.Variable(ROW, values.ravel())
+    return xr.Dataset(data_vars, attrs={"dpgm_schema_version": SCHEMA_VERSION})
+
+
+def _check_table(counts: xr.DataArray) -> None:
+    if not isinstance(counts, xr.DataArray):
+        raise TypeError(f"expected an xarray.DataArray of counts, got {type(counts).__name__}")
+    for dim in counts.dims:
+        if dim not in counts.coords:
+            raise DataError("the table has no state labels (coordinate) for this dimension", variable=str(dim))
+        if str(dim) == WEIGHT:
+            raise DataError("a table dimension may not be called 'weight'", variable=WEIGHT)

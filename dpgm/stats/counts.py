@@ -1,0 +1,205 @@
+"""Contingency counts of many scopes in one pass over a dataset."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from dpgm.cluster import compute
+from dpgm.data.io import _check_table, _check_weights
+from dpgm.data.schema import WEIGHT, Schema
+from dpgm.errors import DataError
+from dpgm.stats.engine import map_reduce
+from dpgm.stats.kernels import CountPlan, count_chunk
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["Counts", "counts", "maximal_scopes"]
+
+
+class Counts(dict):
+    """Contingency tables by scope: ``dict[tuple[str, ...], xarray.DataArray]``.
+
+    Each table's attributes hold ``n_missing`` (rows, or total weight for weighted
+    data, left out of that table because a variable of its scope was missing) and
+    ``n_rows`` (all rows, or the total weight).
+
+    Attributes
+    ----------
+    n_rows
+        Rows in the data (total weight when weighted).
+    n_missing
+        Scope -> rows left out of its table for a missing value.
+    """
+
+    n_rows: float
+    n_missing: dict[tuple[str, ...], float]
+
+    def summary(self) -> str:
+        """One line per table: scope, cells, counted and missing rows."""
+        lines = [f"{'scope':40s} {'cells':>8s} {'counted':>14s} {'missing':>12s}"]
+        for scope, table in self.items():
+            counted = float(table.sum())
+            lines.append(
+                f"{','.join(scope):40.40s} {table.size:8d} {counted:14,.0f} {self.n_missing[scope]:12,.0f}"
+            )
+        return "\n".join(lines)
+
+
+def maximal_scopes(scopes: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """Scopes not contained in another one (first occurrence kept, order preserved)."""
+    unique: list[tuple[str, ...]] = []
+    for scope in scopes:
+        if not any(set(scope) == set(u) for u in unique):
+            unique.append(scope)
+    return [s for s in unique if not any(set(s) < set(o) for o in unique)]
+
+
+def _count_kernel(index: int, columns: dict[str, np.ndarray], plan: CountPlan) -> dict[str, Any]:
+    weights = columns.get(WEIGHT)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        _check_weights(weights, index)
+    tables = count_chunk([columns[v] for v in plan.variables], plan, weights, chunk=index)
+    n = float(weights.sum()) if weights is not None else len(next(iter(columns.values())))
+    return {"tables": tables, "rows": np.asarray(n)}
+
+
+def counts(
+    data: xr.Dataset | xr.DataArray,
+    scopes: Iterable[Sequence[str]],
+    *,
+    client: Client | None = None,
+    progress: bool = False,
+) -> Counts:
+    """Contingency tables of every scope, in one pass over the data.
+
+    Parameters
+    ----------
+    data
+        A dataset (Zarr-backed and lazy, or in memory) or a labelled contingency
+        table (``xarray.DataArray`` of counts; no Dask involved).
+    scopes
+        Tuples of categorical variable names. Only maximal scopes are counted;
+        the tables of their subsets are marginals on the driver.
+    client
+        Dask client to run the pass on (default: the active client, else threads).
+    progress
+        Show a progress bar of the pass.
+
+    Returns
+    -------
+    Counts
+        Scope -> ``xarray.DataArray`` (dims = the scope's variables in the order
+        given, coords = state labels), int64 counts, or float64 when the data carry
+        a ``weight`` variable. Rows missing a variable of a scope are not counted in
+        that scope's table; how many were left out is ``result.n_missing[scope]``.
+
+    Raises
+    ------
+    DataError
+        An unknown or continuous variable in a scope, bad metadata, or a code out
+        of range / a bad weight (naming the variable and the chunk).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import dpgm
+    >>> ds = dpgm.from_pandas(pd.DataFrame({"a": ["x", "y", "x"], "b": ["u", "u", None]}))
+    >>> tables = dpgm.counts(ds, [("a", "b")])
+    >>> tables[("a", "b")].values.tolist(), tables.n_missing[("a", "b")]
+    ([[1, 0], [1, 0]], 1)
+    """
+    if isinstance(data, xr.DataArray):
+        return _counts_from_table(data, scopes)
+    schema = Schema.from_dataset(data)
+    scopes = schema.check_scopes(scopes)
+    maximal = maximal_scopes(scopes)
+    variables = tuple(dict.fromkeys(v for s in maximal for v in s))
+    plan = CountPlan(
+        variables=variables,
+        cardinalities=tuple(schema[v].cardinality for v in variables),
+        scopes=tuple(tuple(variables.index(v) for v in s) for s in maximal),
+    )
+    arrays = {v: data[v].data for v in variables}
+    if schema.weight:
+        arrays[WEIGHT] = data[WEIGHT].data
+    if not arrays:
+        arrays = {"_rows": np.zeros(schema.n_rows, dtype=np.int8)}
+    lazy = map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts")
+    total = compute(lazy, client=client, progress=progress)
+    offsets = plan.offsets
+    extended = {
+        scope: total["tables"][offsets[t] : offsets[t + 1]].reshape(plan.extended_shape(t))
+        for t, scope in enumerate(maximal)
+    }
+    return _assemble(scopes, extended, schema.states, total["rows"].item())
+
+
+def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):
+    return _count_kernel(index, columns, plan)
+
+
+def _assemble(
+    scopes: list[tuple[str, ...]],
+    extended: Mapping[tuple[str, ...], np.ndarray],
+    states: Mapping[str, Sequence[str]],
+    n_rows: float,
+) -> Counts:
+    """Each scope's table from a maximal superset's extended table."""
+    result = Counts()
+    result.n_rows = n_rows
+    result.n_missing = {}
+    for scope in scopes:
+        source = next(s for s in extended if set(scope) <= set(s))
+        table = extended[source]
+        other = tuple(i for i, v in enumerate(source) if v not in scope)
+        table = table.sum(axis=other) if other else table
+        kept = [v for v in source if v in scope]
+        # drop the 'missing' state of the scope's own variables
+        table = table[tuple(slice(0, len(states[v])) for v in kept)]
+        table = np.transpose(table, [kept.index(v) for v in scope])
+        counted = table.sum()
+        missing = (n_rows - counted).item()
+        coords = {v: list(states[v]) for v in scope}
+        result[scope] = xr.DataArray(
+            np.ascontiguousarray(table),
+            dims=scope,
+            coords=coords,
+            attrs={"n_missing": missing, "n_rows": n_rows},
+        )
+        result.n_missing[scope] = missing
+    return result
+
+
+def _counts_from_table(table: xr.DataArray, scopes: Iterable[Sequence[str]]) -> Counts:
+    _check_table(table)
+    values = np.asarray(table.values)
+    if values.dtype.kind not in "iuf":
+        raise DataError(f"table counts must be numeric, got dtype {values.dtype}")
+    if values.dtype.kind == "f":
+        _check_weights(values.ravel(), 0)
+    elif (values < 0).any():
+        raise DataError("table counts must be nonnegative")
+    dims = [str(d) for d in table.dims]
+    states = {d: [str(s) for s in table.coords[d].values] for d in dims}
+    checked = []
+    for scope in scopes:
+        if isinstance(scope, str) or not isinstance(scope, Sequence):
+            raise TypeError(f"a scope must be a tuple of variable names, got {scope!r}")
+        scope = tuple(scope)
+        unknown = [v for v in scope if v not in dims]
+        if unknown:
+            raise DataError(f"scope {scope!r} names variables not in the table: {unknown}; known: {sorted(dims)}")
+        if len(set(scope)) != len(scope):
+            raise DataError(f"scope {scope!r} repeats a variable")
+        checked.append(scope)
+    # a table has no missing values: pad each axis with an empty 'missing' state
+    extended = np.pad(values, [(0, 1)] * values.ndim)
+    total = values.sum()
+    return _assemble(checked, {tuple(dims): extended}, states, total.item())

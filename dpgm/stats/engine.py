@@ -1,0 +1,137 @@
+"""The one map-reduce over the chunks of a dataset, shared by every statistic.
+
+A statistic is a *chunk kernel*, ``kernel(chunk_index, columns, shared) -> partial``,
+whose partial results form a monoid under ``+`` (nested dicts, tuples, NumPy
+arrays and numbers, added leaf by leaf). :func:`map_reduce` applies it to every
+chunk along ``row`` (one task per chunk), adds the partials in a tree of fan-in
+``split_every`` and returns the total. Nothing accumulates into object state, so
+any chunk can run on any worker, twice if a worker dies.
+
+``shared`` (e.g. the current parameters of an EM iteration) enters the task graph
+once, as one key every chunk task depends on: it travels to each worker once per
+pass, not once per task.
+
+Datasets held in memory (NumPy-backed) are processed in-process, slice by slice,
+without Dask.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import dask
+import numpy as np
+from dask.base import tokenize
+
+__all__ = ["add_partials", "map_reduce", "IN_MEMORY_CHUNK_ROWS"]
+
+IN_MEMORY_CHUNK_ROWS = 1 << 20
+Kernel = Callable[[int, dict[str, np.ndarray], Any], Any]
+
+
+def add_partials(*parts: Any) -> Any:
+    """Leaf-wise sum of partial statistics of the same structure."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {key: add_partials(*(p[key] for p in parts)) for key in first}
+    if isinstance(first, tuple | list):
+        return type(first)(add_partials(*items) for items in zip(*parts, strict=True))
+    total = first.copy() if isinstance(first, np.ndarray) else first
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
+def _is_lazy(array: Any) -> bool:
+    return hasattr(array, "dask") or type(array).__module__.startswith("dask")
+
+
+def row_chunks(arrays: Mapping[str, Any]) -> tuple[int, ...]:
+    """Common chunk sizes along the first axis of dask arrays (they must agree)."""
+    chunks = None
+    for array in arrays.values():
+        if _is_lazy(array):
+            if chunks is None:
+                chunks = array.chunks[0]
+            elif array.chunks[0] != chunks:
+                raise ValueError("arrays are chunked differently along 'row'")
+    return chunks or ()
+
+
+def _run_chunk(kernel: Kernel, index: int, shared: Any, names: tuple[str, ...], *blocks: np.ndarray):
+    return kernel(index, dict(zip(names, blocks, strict=True)), shared)
+
+
+def map_reduce(
+    arrays: Mapping[str, Any],
+    kernel: Kernel,
+    *,
+    name: str,
+    shared: Any = None,
+    split_every: int = 8,
+    chunk_rows: int = IN_MEMORY_CHUNK_ROWS,
+) -> Any:
+    """Apply ``kernel`` to every chunk and tree-reduce the partials.
+
+    Parameters
+    ----------
+    arrays
+        Column name -> array with ``row`` as first axis; dask arrays (sharing their
+        row chunks, single chunk along other axes) or NumPy arrays.
+    kernel
+        ``kernel(chunk_index, {name: block}, shared) -> partial``.
+    name
+        Readable prefix of the task keys (``"dpgm-counts"``): the dashboard shows
+        ``name-map`` and ``name-combine`` tasks.
+    shared
+        One object every chunk needs (parameters); one key in the graph.
+    split_every
+        Fan-in of the reduction tree.
+    chunk_rows
+        Slice length for in-memory arrays.
+
+    Returns
+    -------
+    dask.delayed.Delayed or object
+        A lazy total (compute it once, see :func:`dpgm.cluster.compute`) when any
+        array is a dask array, else the total itself.
+    """
+    names = tuple(arrays)
+    if not any(_is_lazy(a) for a in arrays.values()):
+        n = len(next(iter(arrays.values()))) if arrays else 0
+        parts = [
+            _run_chunk(kernel, i, shared, names, *(np.asarray(arrays[k][start : start + chunk_rows]) for k in names))
+            for i, start in enumerate(range(0, max(n, 1), chunk_rows))
+        ]
+        return add_partials(*parts)
+    import dask.array as da
+
+    lazy = {k: (a if _is_lazy(a) else da.from_array(np.asarray(a))) for k, a in arrays.items()}
+    chunks = row_chunks(lazy)
+    lazy = {k: a.rechunk({0: chunks} | {i: -1 for i in range(1, a.ndim)}) for k, a in lazy.items()}
+    token = tokenize(name, names, [a.name for a in lazy.values()], shared, split_every, kernel)
+    blocks = {k: a.to_delayed().reshape(len(chunks), -1)[:, 0] for k, a in lazy.items()}
+    shared_key = dask.delayed(shared, pure=True, traverse=False, name=f"{name}-shared-{token}")
+    level = [
+        dask.delayed(_run_chunk, pure=True, traverse=False)(
+            kernel, i, shared_key, names, *(blocks[k][i] for k in names), dask_key_name=(f"{name}-map-{token}", i)
+        )
+        for i in range(len(chunks))
+    ]
+    depth = 0
+    while len(level) > 1:
+        level = [
+            dask.delayed(add_partials, pure=True, traverse=False)(
+                *level[j : j + split_every], dask_key_name=(f"{name}-combine-{token}", depth, j)
+            )
+            for j in range(0, len(level), split_every)
+        ]
+        depth += 1
+    return level[0]
+
+
+def n_tree_levels(n_chunks: int, split_every: int) -> int:
+    """Depth of the reduction tree over ``n_chunks`` partials."""
+    return 0 if n_chunks <= 1 else math.ceil(math.log(n_chunks, split_every))

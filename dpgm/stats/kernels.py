@@ -1,0 +1,164 @@
+"""Chunk kernels for contingency counts: plain functions of one chunk's arrays.
+
+Every table is counted over *extended* states: a variable with ``c`` states gets
+index ``c`` for missing (code ``-1``). A table over a scope ``S`` then holds the
+counts of every subset of ``S`` too, each restricted to the rows where that
+subset is observed — so only maximal scopes are counted, and the tables of their
+subsets (with their own missing-value counts) are exact marginals on the driver.
+
+The numba kernel computes the mixed-radix (Horner) index and increments each
+table in one tight loop per table; the NumPy kernel (``bincount``) is its
+reference. Codes are validated in the same call (one vectorized min/max per column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from dpgm.errors import DataError
+
+__all__ = ["CountPlan", "count_chunk", "count_chunk_numpy"]
+
+
+@dataclass(frozen=True)
+class CountPlan:
+    """Which tables to count over which columns.
+
+    Attributes
+    ----------
+    variables
+        Column order of the chunk arrays passed to the kernel.
+    cardinalities
+        Number of states of each column.
+    scopes
+        Each table's variables, as indices into ``variables``.
+    """
+
+    variables: tuple[str, ...]
+    cardinalities: tuple[int, ...]
+    scopes: tuple[tuple[int, ...], ...]
+
+    def extended_shape(self, scope: int) -> tuple[int, ...]:
+        """Shape of a table with the extra 'missing' state on each axis."""
+        return tuple(self.cardinalities[j] + 1 for j in self.scopes[scope])
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each table in the flat output vector (length ``n_tables + 1``)."""
+        sizes = [int(np.prod(self.extended_shape(t))) for t in range(len(self.scopes))]
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+
+def _raise_bad_code(plan: CountPlan, column: int, row: int, value: int, chunk: int) -> None:
+    name = plan.variables[column]
+    raise DataError(
+        f"code {value!r} at row {row} of the chunk is out of range: expected -1 (missing) "
+        f"or 0..{plan.cardinalities[column] - 1}",
+        variable=name,
+        chunk=chunk,
+    )
+
+
+def count_chunk_numpy(
+    columns: list[np.ndarray], plan: CountPlan, weights: np.ndarray | None = None, chunk: int = 0
+) -> np.ndarray:
+    """Reference kernel: flat extended tables of one chunk (int64, or float64 if weighted)."""
+    _check_codes(columns, plan, chunk)
+    offsets = plan.offsets
+    out = np.zeros(offsets[-1], dtype=np.float64 if weights is not None else np.int64)
+    for t, scope in enumerate(plan.scopes):
+        size = int(offsets[t + 1] - offsets[t])
+        index = np.zeros(columns[0].shape[0] if columns else 0, dtype=np.int64)
+        for j in scope:
+            card = plan.cardinalities[j]
+            codes = columns[j].astype(np.int64)
+            index = index * (card + 1) + np.where(codes < 0, card, codes)
+        if weights is None:
+            out[offsets[t] : offsets[t + 1]] = np.bincount(index, minlength=size)
+        else:
+            out[offsets[t] : offsets[t + 1]] = np.bincount(index, weights=weights, minlength=size)
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_tables(codes, cards, scope_vars, scope_starts, offsets, weights, weighted, out):
+    # Table-major: one tight loop over the rows per table (1- and 2-variable tables
+    # specialized), which beats a row-major sweep over all tables by ~3.5x here.
+    n = codes.shape[1]
+    for t in range(scope_starts.shape[0] - 1):
+        a, b, o = scope_starts[t], scope_starts[t + 1], offsets[t]
+        if b - a == 1:
+            column, card = codes[scope_vars[a]], cards[scope_vars[a]]
+            for r in range(n):
+                c = np.int64(column[r])
+                out[o + (card if c < 0 else c)] += weights[r] if weighted else 1
+        elif b - a == 2:
+            first, second = codes[scope_vars[a]], codes[scope_vars[a + 1]]
+            c1, c2 = cards[scope_vars[a]], cards[scope_vars[a + 1]]
+            for r in range(n):
+                x, y = np.int64(first[r]), np.int64(second[r])
+                index = (c1 if x < 0 else x) * (c2 + 1) + (c2 if y < 0 else y)
+                out[o + index] += weights[r] if weighted else 1
+        else:
+            for r in range(n):
+                index = np.int64(0)
+                for m in range(a, b):
+                    j = scope_vars[m]
+                    c = np.int64(codes[j, r])
+                    index = index * (cards[j] + 1) + (cards[j] if c < 0 else c)
+                out[o + index] += weights[r] if weighted else 1
+
+
+def _check_codes(columns: list[np.ndarray], plan: CountPlan, chunk: int) -> None:
+    for j, codes in enumerate(columns):
+        if codes.size and (codes.min() < -1 or codes.max() >= plan.cardinalities[j]):
+            bad = (codes < -1) | (codes >= plan.cardinalities[j])
+            row = int(np.argmax(bad))
+            _raise_bad_code(plan, j, row, int(codes[row]), chunk)
+
+
+def count_chunk(
+    columns: list[np.ndarray], plan: CountPlan, weights: np.ndarray | None = None, chunk: int = 0
+) -> np.ndarray:
+    """Flat extended tables of one chunk, by the fused numba kernel.
+
+    Parameters
+    ----------
+    columns
+        One 1-D code array per variable of ``plan`` (int8/int16/int32), equal lengths.
+    plan
+        The tables to count.
+    weights
+        Frequency weights per row, or None.
+    chunk
+        Index of the chunk, for error messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        The tables' extended counts, concatenated (see :attr:`CountPlan.offsets`).
+
+    Raises
+    ------
+    DataError
+        A code below -1 or at least the variable's cardinality.
+    """
+    offsets = plan.offsets
+    weighted = weights is not None
+    out = np.zeros(offsets[-1], dtype=np.float64 if weighted else np.int64)
+    if not columns:
+        return out
+    _check_codes(columns, plan, chunk)
+    dtype = np.result_type(*[c.dtype for c in columns])
+    codes = np.empty((len(columns), columns[0].shape[0]), dtype=dtype)
+    for j, column in enumerate(columns):
+        codes[j] = column
+    cards = np.asarray(plan.cardinalities, dtype=np.int64)
+    scope_vars = np.asarray([j for s in plan.scopes for j in s], dtype=np.int64)
+    scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
+    w = np.asarray(weights, dtype=np.float64) if weighted else np.zeros(0, dtype=np.float64)
+    _count_tables(codes, cards, scope_vars, scope_starts, offsets, w, weighted, out)
+    return out
