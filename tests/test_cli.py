@@ -1,0 +1,81 @@
+"""The dpgm command in real subprocesses: outputs against the Python API, exit codes on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dpgm
+
+DPGM = [sys.executable, "-m", "dpgm.cli"]
+
+
+def run(*args, env=None, check=True):
+    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error", **(env or {})}
+    environment.pop("DASK_SCHEDULER_ADDRESS", None)
+    result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=180)
+    if check and result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}: {result.stderr}")
+    return result
+
+
+def test_generate_info_counts_end_to_end(tmp_path):
+    store = tmp_path / "asia.zarr"
+    out = run("generate", "asia", store, "--rows", "3000", "--seed", "5", "--chunk-rows", "1000", "--workers", "2")
+    assert "wrote 3,000 rows x 8 variables" in out.stdout
+    info = run("info", store).stdout
+    assert "3,000 rows in 3 chunks" in info and "smoke" in info
+    result = json.loads(run("counts", store, "--scope", "smoke,lung", "--scope", "dysp", "--json", "--workers", "1").stdout)
+    expected = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 3000, None, seed=5, chunk_rows=1000)
+    tables = dpgm.counts(expected, [("smoke", "lung"), ("dysp",)])
+    assert result["n_rows"] == 3000
+    assert result["tables"]["smoke,lung"]["counts"] == tables[("smoke", "lung")].values.tolist()
+    assert result["tables"]["dysp"]["counts"] == tables[("dysp",)].values.tolist()
+
+
+def test_convert_csv(tmp_path):
+    frame = pd.DataFrame({"a": ["x", "y", None, "x"] * 5, "b": [1.5, 2.5, np.nan, 0.25] * 5})
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    run("convert", tmp_path / "in.csv", tmp_path / "out.zarr", "--chunk-rows", "6")
+    ds = dpgm.open_dataset(tmp_path / "out.zarr").load()
+    assert ds.a.values.tolist()[:4] == [0, 1, -1, 0] and ds.a.attrs["states"] == ["x", "y"]
+    np.testing.assert_array_equal(ds.b.values, frame.b.to_numpy())
+
+
+def _one_line_error(result, code):
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_bad_input_exit_codes(tmp_path):
+    ds = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 100, tmp_path / "a.zarr", seed=0)
+    assert ds.sizes["row"] == 100
+    line = _one_line_error(run("counts", tmp_path / "a.zarr", "--scope", "smoke,nope", "--workers", "1", check=False), 65)
+    assert "'nope'" in line and "known:" in line
+    line = _one_line_error(run("info", tmp_path / "none.zarr", check=False), 66)
+    assert "no dataset" in line
+    line = _one_line_error(
+        run("counts", tmp_path / "a.zarr", "--scope", "smoke", "--scheduler", "tcp://127.0.0.1:9", check=False), 69
+    )
+    assert "no Dask scheduler" in line
+    line = _one_line_error(run("generate", "nonet", tmp_path / "b.zarr", "--rows", "10", check=False), 65)
+    assert "no shipped network" in line or "neither" in line
+    line = _one_line_error(run("generate", "asia", tmp_path / "a.zarr", "--rows", "10", "--workers", "1", check=False), 78)
+    assert "--overwrite" in line
+    usage = run("counts", check=False)
+    assert usage.returncode == 2
+
+
+def test_help_lists_commands():
+    text = run("--help").stdout
+    for command in ["generate", "convert", "counts", "info", "demo"]:
+        assert command in text
+    assert Path(dpgm.__file__).exists()

@@ -1,0 +1,77 @@
+"""Counts on a real `dask scheduler` + 2 `dask worker` processes started on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from data_helpers import pandas_counts, random_frame
+
+import dpgm
+
+
+@pytest.fixture(scope="module")
+def scheduler_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cluster")
+    file = folder / "scheduler.json"
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
+    processes = [
+        subprocess.Popen(
+            [bin_dir / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+             "--scheduler-file", file], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+    ]
+    deadline = time.time() + 60
+    while not file.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    for _ in range(2):
+        processes.append(
+            subprocess.Popen(
+                [bin_dir / "dask", "worker", "--scheduler-file", file, "--nthreads", "1", "--nworkers", "1",
+                 "--no-dashboard", "--local-directory", folder], env=env, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    try:
+        from distributed import Client
+
+        with Client(scheduler_file=str(file), timeout=30) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield file
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+def test_counts_on_real_scheduler_and_workers(tmp_path, scheduler_file):
+    from distributed import Client
+
+    frame = random_frame(np.random.default_rng(9), 4000, {"a": 3, "b": 4, "c": 2}, missing=0.1, weighted=True)
+    dpgm.write_dataset(dpgm.from_pandas(frame), tmp_path / "d.zarr", chunk_rows=512)
+    scopes = [("a", "b"), ("c", "b", "a"), ("c",)]
+    with dpgm.connect(scheduler_file=str(scheduler_file)) as client:
+        assert isinstance(client, Client) and len(client.scheduler_info()["workers"]) == 2
+        tables = dpgm.counts(dpgm.open_dataset(tmp_path / "d.zarr"), scopes, client=client)
+    for scope in scopes:
+        expected, missing = pandas_counts(frame, scope)
+        np.testing.assert_allclose(tables[scope].values, expected, rtol=1e-12)
+        assert tables.n_missing[scope] == pytest.approx(missing, rel=1e-12)
+
+
+def test_cli_counts_against_real_scheduler(tmp_path, scheduler_file):
+    address = json.loads(Path(scheduler_file).read_text())["address"]
+    ds = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 2000, tmp_path / "a.zarr", seed=2, chunk_rows=300)
+    env = {**os.environ, "DASK_SCHEDULER_ADDRESS": address}
+    out = subprocess.run([sys.executable, "-m", "dpgm.cli", "counts", str(tmp_path / "a.zarr"), "--scope", "either,xray",
+                          "--json"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    expected = dpgm.counts(ds, [("either", "xray")])[("either", "xray")]
+    assert json.loads(out.stdout)["tables"]["either,xray"]["counts"] == expected.values.tolist()
