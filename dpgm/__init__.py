@@ -3,13 +3,16 @@
 The public API lives here; see the README for a tour.
 """
 
+from dpgm.api import fit
 from dpgm.cluster import compute, connect
 from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
 from dpgm.data.convert import convert
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.io import read_bif, write_bif
+from dpgm.fit.result import FitResult
 from dpgm.models import BayesianNetwork
+from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
 from dpgm.stats import Counts, counts
 
@@ -19,6 +22,7 @@ __all__ = [
     "Counts",
     "DataError",
     "DpgmWarning",
+    "FitResult",
     "Schema",
     "available_networks",
     "compute",
@@ -26,7 +30,9 @@ __all__ = [
     "convert",
     "counts",
     "from_pandas",
+    "fit",
     "from_table",
+    "load",
     "load_network",
     "open_dataset",
     "read_bif",

@@ -88,10 +88,73 @@ class BayesianNetwork:
             nx.lexicographical_topological_sort(graph, key=order.__getitem__)
         )
         self.states: dict[str, tuple[str, ...]] = {v: states[v] for v in self.variables}
+        self._parents = {v: tuple(map(str, self.cpds[v].dims[1:])) for v in self.variables}
+
+    def save(self, path: str, *, mode: str = "w-") -> None:
+        """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""
+        from dpgm.models.store import save
+
+        save(self, path, mode=mode)
+
+    @property
+    def is_parameterized(self) -> bool:
+        """False for a structure from :meth:`from_edges` without states (parameters come from a fit)."""
+        return bool(self.cpds) or not self.variables
 
     def parents(self, variable: str) -> tuple[str, ...]:
         """The parents of ``variable``, in the order of its table's dimensions."""
-        return tuple(self.cpds[variable].dims[1:])
+        return self._parents[variable]
+
+    @classmethod
+    def from_edges(
+        cls,
+        edges: Iterable[tuple[str, str]],
+        states: Mapping[str, Sequence[str]] | None = None,
+        variables: Iterable[str] = (),
+    ) -> BayesianNetwork:
+        """A network structure from directed edges, with uniform tables.
+
+        Parameters
+        ----------
+        edges
+            ``(parent, child)`` pairs; a child's parents keep the order of the edges.
+        states
+            State labels of every variable. Without them the structure has no
+            tables yet and :func:`dpgm.fit` takes the states from the data.
+        variables
+            Extra variables without edges.
+
+        Examples
+        --------
+        >>> bn = BayesianNetwork.from_edges([("rain", "wet")], {"rain": ["y", "n"], "wet": ["y", "n"]})
+        >>> bn.cpds["wet"].values.tolist()
+        [[0.5, 0.5], [0.5, 0.5]]
+        """
+        edges = [(str(a), str(b)) for a, b in edges]
+        names = list(dict.fromkeys([*map(str, variables), *(v for e in edges for v in e)]))
+        parents: dict[str, list[str]] = {v: [] for v in names}
+        for parent, child in edges:
+            if parent in parents[child]:
+                raise ValueError(f"edge {(parent, child)!r} is given twice")
+            parents[child].append(parent)
+        if states is not None:
+            unknown = sorted(set(names) - set(states))
+            if unknown:
+                raise ValueError(f"no states given for {unknown}")
+            tables = {
+                v: np.full([len(states[v]), *(len(states[p]) for p in parents[v])], 1.0 / len(states[v]))
+                for v in names
+            }
+            return cls.from_arrays(parents, states, tables)
+        structure = cls({})
+        graph = nx.DiGraph()
+        graph.add_nodes_from(names)
+        graph.add_edges_from(edges)
+        if not nx.is_directed_acyclic_graph(graph):
+            raise ValueError(f"the network has a directed cycle: {nx.find_cycle(graph)}")
+        structure.variables = tuple(topological(names, edges))
+        structure._parents = {v: tuple(parents[v]) for v in structure.variables}
+        return structure
 
     @property
     def edges(self) -> list[tuple[str, str]]:
