@@ -1,7 +1,8 @@
 """The ``dpgm`` command line: batch jobs on an embedded or a real Dask cluster.
 
-Exit codes: 0 success, 2 usage, 65 bad data, 66 no input, 69 scheduler
-unreachable, 70 internal error, 78 bad configuration.
+Exit codes: 0 success, 2 usage, 3 a fit stopped at its iteration limit without
+converging, 65 bad data, 66 no input, 69 scheduler unreachable, 70 internal
+error, 78 bad configuration (e.g. a bad model specification).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import click
 
+EX_NOT_CONVERGED = 3
 EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE, EX_CONFIG = 65, 66, 69, 70, 78
 
 scheduler_option = click.option(
@@ -39,11 +41,14 @@ def _errors() -> Iterator[None]:
     """Map dpgm's exceptions to one-line messages and sysexits codes."""
     from dpgm.cluster import SchedulerUnreachable
     from dpgm.errors import DataError
+    from dpgm.spec import SpecError
 
     try:
         yield
     except click.ClickException:
         raise
+    except SpecError as error:
+        raise _Failure(str(error), EX_CONFIG) from None
     except DataError as error:
         raise _Failure(str(error), EX_DATAERR) from None
     except FileNotFoundError as error:
@@ -185,35 +190,91 @@ def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers) -> No
 
 
 @cli.command()
+@click.argument("spec", type=click.Path())
+@click.argument("data", type=click.Path())
+@click.option("--out", type=click.Path(), required=True, help="Zarr group to write the fitted model to.")
+@click.option("--method", default=None, help="Override the specification's method.")
+@click.option("--report", type=click.Path(), default=None, help="Write the result summary as JSON here.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+def fit(spec, data, out, method, report, overwrite, scheduler, scheduler_file, workers) -> None:
+    """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
+
+    Exits 0 on convergence and 3 when the iteration limit was reached first.
+    """
+    from dpgm.api import fit as run
+    from dpgm.data import open_dataset
+    from dpgm.spec import build_model, read_spec
+
+    with _errors():
+        model, spec_method, options = build_model(read_spec(spec))
+        ds = open_dataset(data)
+        with _cluster(scheduler, scheduler_file, workers) as client:
+            start = time.perf_counter()
+            result = run(model, ds, method=method or spec_method, client=client, progress=_progress(),
+                         callback=_echo_iteration, **options)
+            seconds = time.perf_counter() - start
+        result.model.save(out, mode="w" if overwrite else "w-")
+    click.echo(result.summary())
+    click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
+    if report:
+        payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
+        Path(report).write_text(json.dumps(payload, indent=2, default=float))
+    if not result.converged:
+        sys.exit(EX_NOT_CONVERGED)
+
+
+def _echo_iteration(record: dict) -> None:
+    parts = [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()]
+    click.echo("  " + " ".join(parts), err=True)
+
+
+@cli.command()
 @click.option("--rows", type=float, default=1e6, show_default=True)
 @click.option("--network", default="alarm", show_default=True)
 @scheduler_option
 @scheduler_file_option
 @workers_option
 def demo(rows, network, scheduler, scheduler_file, workers) -> None:
-    """Generate a dataset from a shipped network on a local cluster and count its families."""
+    """Generate a dataset from a shipped network on a local cluster, count it and fit it."""
+    import numpy as np
+
+    from dpgm.api import fit as run_fit
     from dpgm.data.sample import sample_bayesian_network
+    from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.networks import load_network
     from dpgm.stats import counts as run
 
     model = load_network(network)
     with _errors(), tempfile.TemporaryDirectory() as folder, _cluster(scheduler, scheduler_file, workers) as client:
         path = Path(folder) / f"{network}.zarr"
-        click.echo(f"generating {int(rows):,} rows of {network} ({len(model.variables)} variables) into {path} ...")
+        click.echo(f"generating {int(rows):,} rows of {network} ({len(model.variables)} variables, "
+                   f"5% of values missing) into {path} ...")
         start = time.perf_counter()
         ds = sample_bayesian_network(model, int(rows), path, seed=0, missing=0.05,
                                      chunk_rows=max(int(rows) // 8, 1), client=client)
-        generated = time.perf_counter() - start
-        click.echo(f"  {generated:.1f} s")
+        click.echo(f"  {time.perf_counter() - start:.1f} s")
         click.echo(f"counting {len(model.families)} family tables in one pass ...")
         start = time.perf_counter()
         tables = run(ds, model.families, client=client)
         seconds = time.perf_counter() - start
         click.echo(f"  {seconds:.2f} s, {ds.sizes['row'] / seconds:,.0f} rows/s\n")
         click.echo(tables.summary())
-        worst = max(model.families, key=lambda s: tables[s].size)
-        click.echo(f"\nlargest family table {','.join(worst)}: {tables[worst].size} cells")
-        click.echo(f"dashboard: {client.dashboard_link}")
+
+        complete = Path(folder) / f"{network}-complete.zarr"
+        click.echo(f"\nfitting the {network} structure by maximum likelihood to {int(rows):,} complete rows ...")
+        ds = sample_bayesian_network(model, int(rows), complete, seed=1, chunk_rows=max(int(rows) // 8, 1),
+                                     client=client)
+        start = time.perf_counter()
+        result = run_fit(BayesianNetwork.from_edges(model.edges, variables=model.variables), ds, client=client)
+        seconds = time.perf_counter() - start
+        click.echo(result.summary())
+        error = max(float(np.abs(result.model.cpds[v].transpose(*model.cpds[v].dims).values
+                                 - model.cpds[v].values).max()) for v in model.variables)
+        click.echo(f"  {seconds:.2f} s; largest |fitted - true| CPT entry: {error:.4f}")
+        click.echo(f"\ndashboard: {client.dashboard_link}")
 
 
 def main() -> None:

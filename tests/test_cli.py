@@ -79,3 +79,26 @@ def test_help_lists_commands():
     for command in ["generate", "convert", "counts", "info", "demo"]:
         assert command in text
     assert Path(dpgm.__file__).exists()
+
+
+def test_fit_spec_end_to_end_equals_api(tmp_path):
+    truth = dpgm.load_network("asia")
+    ds = dpgm.sample_bayesian_network(truth, 5000, tmp_path / "a.zarr", seed=8, chunk_rows=1000)
+    (tmp_path / "spec.yaml").write_text("model: bayesian_network\nnetwork: asia\nmethod: bayes\nprior: K2\n")
+    out = run("fit", tmp_path / "spec.yaml", tmp_path / "a.zarr", "--out", tmp_path / "m.zarr",
+              "--report", tmp_path / "r.json", "--workers", "1")
+    assert "fitted by bayes" in out.stdout
+    saved = dpgm.load(tmp_path / "m.zarr")
+    expected = dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), ds, method="bayes", prior="K2")
+    for v in truth.variables:
+        np.testing.assert_array_equal(saved.cpds[v].transpose(*expected.model.cpds[v].dims).values,
+                                      expected.model.cpds[v].values)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["loglik"] == expected.loglik and report["converged"] is True
+
+
+def test_fit_bad_spec_exits_78(tmp_path):
+    (tmp_path / "spec.toml").write_text('model = "bayesian_network"\nedges = "nope"\n')
+    dpgm.sample_bayesian_network(dpgm.load_network("asia"), 100, tmp_path / "a.zarr", seed=0)
+    result = run("fit", tmp_path / "spec.toml", tmp_path / "a.zarr", "--out", tmp_path / "m.zarr", check=False)
+    assert "edges" in _one_line_error(result, 78)
