@@ -6,8 +6,9 @@ counts of every subset of ``S`` too, each restricted to the rows where that
 subset is observed — so only maximal scopes are counted, and the tables of their
 subsets (with their own missing-value counts) are exact marginals on the driver.
 
-The numba kernel computes the mixed-radix (Horner) index and increments each
-table in one tight loop per table; the NumPy kernel (``bincount``) is its
+The numba kernels compute the mixed-radix (Horner) index and increment each
+table in one tight loop per table (1- and 2-variable tables fused, larger ones
+through an int64 index); the NumPy kernel (``bincount``) is its
 reference. Codes are validated in the same call (one vectorized min/max per column).
 """
 
@@ -84,32 +85,74 @@ def count_chunk_numpy(
 
 
 @numba.njit(nogil=True, cache=True)
-def _count_tables(codes, cards, scope_vars, scope_starts, offsets, weights, weighted, out):
-    # Table-major: one tight loop over the rows per table (1- and 2-variable tables
-    # specialized), which beats a row-major sweep over all tables by ~3.5x here.
-    n = codes.shape[1]
-    for t in range(scope_starts.shape[0] - 1):
-        a, b, o = scope_starts[t], scope_starts[t + 1], offsets[t]
-        if b - a == 1:
-            column, card = codes[scope_vars[a]], cards[scope_vars[a]]
-            for r in range(n):
-                c = np.int64(column[r])
-                out[o + (card if c < 0 else c)] += weights[r] if weighted else 1
-        elif b - a == 2:
-            first, second = codes[scope_vars[a]], codes[scope_vars[a + 1]]
-            c1, c2 = cards[scope_vars[a]], cards[scope_vars[a + 1]]
-            for r in range(n):
-                x, y = np.int64(first[r]), np.int64(second[r])
-                index = (c1 if x < 0 else x) * (c2 + 1) + (c2 if y < 0 else y)
-                out[o + index] += weights[r] if weighted else 1
+def _count_one(column, card, out):
+    for r in range(column.shape[0]):
+        c = np.int64(column[r])
+        out[card if c < 0 else c] += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_one_weighted(column, card, weights, out):
+    for r in range(column.shape[0]):
+        c = np.int64(column[r])
+        out[card if c < 0 else c] += weights[r]
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_two(first, second, c1, c2, out):
+    for r in range(first.shape[0]):
+        x, y = np.int64(first[r]), np.int64(second[r])
+        out[(c1 if x < 0 else x) * (c2 + 1) + (c2 if y < 0 else y)] += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_two_weighted(first, second, c1, c2, weights, out):
+    for r in range(first.shape[0]):
+        x, y = np.int64(first[r]), np.int64(second[r])
+        out[(c1 if x < 0 else x) * (c2 + 1) + (c2 if y < 0 else y)] += weights[r]
+
+
+@numba.njit(nogil=True, cache=True)
+def _extend_index(column, card, index):
+    """index <- index * (card + 1) + extended code (missing -> card)."""
+    for r in range(column.shape[0]):
+        c = np.int64(column[r])
+        index[r] = index[r] * (card + 1) + (card if c < 0 else c)
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_index(index, out):
+    for r in range(index.shape[0]):
+        out[index[r]] += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_index_weighted(index, weights, out):
+    for r in range(index.shape[0]):
+        out[index[r]] += weights[r]
+
+
+def _count_table(columns: list[np.ndarray], cards: list[int], weights: np.ndarray | None, out: np.ndarray) -> None:
+    # One tight compiled loop per table: ~2.3x faster here than one sweep over all
+    # tables per row, and no copy of the chunk into a stacked array.
+    if len(columns) == 1:
+        if weights is None:
+            _count_one(columns[0], cards[0], out)
         else:
-            for r in range(n):
-                index = np.int64(0)
-                for m in range(a, b):
-                    j = scope_vars[m]
-                    c = np.int64(codes[j, r])
-                    index = index * (cards[j] + 1) + (cards[j] if c < 0 else c)
-                out[o + index] += weights[r] if weighted else 1
+            _count_one_weighted(columns[0], cards[0], weights, out)
+    elif len(columns) == 2:
+        if weights is None:
+            _count_two(columns[0], columns[1], cards[0], cards[1], out)
+        else:
+            _count_two_weighted(columns[0], columns[1], cards[0], cards[1], weights, out)
+    else:
+        index = np.zeros(columns[0].shape[0], dtype=np.int64)
+        for column, card in zip(columns, cards, strict=True):
+            _extend_index(column, card, index)
+        if weights is None:
+            _count_index(index, out)
+        else:
+            _count_index_weighted(index, weights, out)
 
 
 def _check_codes(columns: list[np.ndarray], plan: CountPlan, chunk: int) -> None:
@@ -152,13 +195,12 @@ def count_chunk(
     if not columns:
         return out
     _check_codes(columns, plan, chunk)
-    dtype = np.result_type(*[c.dtype for c in columns])
-    codes = np.empty((len(columns), columns[0].shape[0]), dtype=dtype)
-    for j, column in enumerate(columns):
-        codes[j] = column
-    cards = np.asarray(plan.cardinalities, dtype=np.int64)
-    scope_vars = np.asarray([j for s in plan.scopes for j in s], dtype=np.int64)
-    scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
-    w = np.asarray(weights, dtype=np.float64) if weighted else np.zeros(0, dtype=np.float64)
-    _count_tables(codes, cards, scope_vars, scope_starts, offsets, w, weighted, out)
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    for t, scope in enumerate(plan.scopes):
+        _count_table(
+            [np.ascontiguousarray(columns[j]) for j in scope],
+            [plan.cardinalities[j] for j in scope],
+            w,
+            out[offsets[t] : offsets[t + 1]],
+        )
     return out
