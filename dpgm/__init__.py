@@ -9,8 +9,8 @@ from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, 
 from dpgm.data.convert import convert
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
-from dpgm.io import read_bif, write_bif
 from dpgm.fit.result import FitResult
+from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork
 from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
