@@ -1,0 +1,1 @@
+"""Benchmarks: scripts a person runs; results in benchmarks/results/."""
