@@ -12,6 +12,7 @@ from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
 from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork
+from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
 from dpgm.stats import Counts, counts
@@ -23,6 +24,7 @@ __all__ = [
     "DataError",
     "DpgmWarning",
     "FitResult",
+    "LogLinearModel",
     "Schema",
     "available_networks",
     "compute",

@@ -1,0 +1,103 @@
+"""Plain-array potentials for the fitting algorithms: scopes, log tables and their marginals.
+
+Fitting algorithms work on NumPy arrays with a known axis order (a scope's
+variables in order); xarray labels are attached at the API edge only.
+
+An *engine* gives the normalized marginals of requested scopes and log Z of the
+Markov network ``p(x) ∝ exp(sum_S log_potentials[S](x_S))``:
+
+    engine(log_potentials, scopes) -> (marginals: dict[scope, ndarray], log_z: float)
+
+:class:`JointEngine` enumerates the joint table (small models, up to
+``MAX_JOINT_CELLS`` cells); a junction-tree engine serves large ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["MAX_JOINT_CELLS", "JointEngine", "Scope", "expand", "loglik_from_potentials"]
+
+Scope = tuple[str, ...]
+MAX_JOINT_CELLS = 1 << 22
+
+
+def expand(table: np.ndarray, scope: Scope, variables: Sequence[str]) -> np.ndarray:
+    """View of a scope's table broadcastable against the joint over ``variables``."""
+    order = sorted(range(len(scope)), key=lambda i: variables.index(scope[i]))
+    moved = np.transpose(table, order)
+    shape = [1] * len(variables)
+    for i in order:
+        shape[variables.index(scope[i])] = table.shape[i]
+    return moved.reshape(shape)
+
+
+def reduce_to(joint: np.ndarray, variables: Sequence[str], scope: Scope) -> np.ndarray:
+    """Sum a joint table over everything but ``scope``; axes in ``scope`` order."""
+    keep = [variables.index(v) for v in scope]
+    other = tuple(i for i in range(len(variables)) if i not in keep)
+    summed = joint.sum(axis=other) if other else joint
+    kept_sorted = sorted(keep)
+    return np.transpose(summed, [kept_sorted.index(k) for k in keep])
+
+
+class JointEngine:
+    """Marginals by enumerating the joint table (log-space, max-shifted).
+
+    Parameters
+    ----------
+    variables
+        Variable order of the joint.
+    cardinalities
+        States per variable.
+    """
+
+    def __init__(self, variables: Sequence[str], cardinalities: Mapping[str, int]):
+        self.variables = tuple(variables)
+        self.shape = tuple(int(cardinalities[v]) for v in self.variables)
+        cells = math.prod(self.shape)
+        if cells > MAX_JOINT_CELLS:
+            raise ValueError(f"the joint table has {cells} cells, more than {MAX_JOINT_CELLS}; use a junction tree")
+
+    def log_joint(self, log_potentials: Mapping[Scope, np.ndarray]) -> np.ndarray:
+        """The unnormalized log joint."""
+        total = np.zeros(self.shape)
+        for scope, table in log_potentials.items():
+            total = total + expand(table, scope, self.variables)
+        return total
+
+    def __call__(
+        self, log_potentials: Mapping[Scope, np.ndarray], scopes: Sequence[Scope]
+    ) -> tuple[dict[Scope, np.ndarray], float]:
+        log_joint = self.log_joint(log_potentials)
+        top = float(np.max(log_joint))
+        if not np.isfinite(top):
+            raise ValueError("every cell of the model has probability zero")
+        joint = np.exp(log_joint - top)
+        z = float(joint.sum())
+        joint /= z
+        return {s: reduce_to(joint, self.variables, s) for s in scopes}, top + math.log(z)
+
+    def joint(self, log_potentials: Mapping[Scope, np.ndarray]) -> np.ndarray:
+        """The normalized joint table."""
+        log_joint = self.log_joint(log_potentials)
+        joint = np.exp(log_joint - np.max(log_joint))
+        return joint / joint.sum()
+
+
+def loglik_from_potentials(
+    counts: Mapping[Scope, np.ndarray], log_potentials: Mapping[Scope, np.ndarray], log_z: float, n: float
+) -> float:
+    """``sum_S sum_x n(x_S) log psi_S(x_S) - N log Z`` with 0 * log 0 = 0.
+
+    ``counts`` must hold the counts of every scope of ``log_potentials``.
+    """
+    total = -n * log_z
+    for scope, table in log_potentials.items():
+        c = counts[scope]
+        positive = c > 0
+        total += float((c[positive] * table[positive]).sum())
+    return total

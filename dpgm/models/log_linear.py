@@ -1,0 +1,133 @@
+"""Log-linear models with arbitrary nonnegative features on scopes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from dpgm.fit.features import FeatureSet
+
+__all__ = ["LogLinearModel"]
+
+
+class LogLinearModel:
+    """``p(x) ∝ exp(sum_i theta_i f_i(x_{S_i}))`` with nonnegative features ``f_i``.
+
+    Parameters
+    ----------
+    features
+        Feature name -> ``xarray.DataArray`` over its scope (dims = variables,
+        coords = state labels), nonnegative.
+    weights
+        Feature name -> ``theta_i`` (default 0; ``-inf`` forbids where ``f_i > 0``).
+
+    Examples
+    --------
+    >>> import xarray as xr
+    >>> same = xr.DataArray([[1.0, 0.0], [0.0, 1.0]], dims=["a", "b"],
+    ...                     coords={"a": ["x", "y"], "b": ["x", "y"]})
+    >>> LogLinearModel({"agree": same}, {"agree": 0.5}).scopes
+    [('a', 'b')]
+    """
+
+    def __init__(self, features: Mapping[str, xr.DataArray], weights: Mapping[str, float] | None = None):
+        self.features: dict[str, xr.DataArray] = {}
+        states: dict[str, tuple[str, ...]] = {}
+        for name, table in features.items():
+            if not isinstance(table, xr.DataArray):
+                raise TypeError(f"feature {name!r} must be an xarray.DataArray, got {type(table).__name__}")
+            for dim in table.dims:
+                if dim not in table.coords:
+                    raise ValueError(f"feature {name!r} has no state labels for {dim!r}")
+                labels = tuple(str(s) for s in table.coords[dim].values)
+                if states.setdefault(str(dim), labels) != labels:
+                    raise ValueError(f"variable {dim!r} has labels {states[str(dim)]!r} and {labels!r}")
+            values = np.asarray(table.values, dtype=float)
+            if (values < 0).any() or not np.isfinite(values).all():
+                raise ValueError(f"feature {name!r} must be finite and nonnegative")
+            self.features[str(name)] = table.astype(float)
+        unknown = sorted(set(weights or {}) - set(self.features))
+        if unknown:
+            raise ValueError(f"weights for unknown features {unknown}; features: {sorted(self.features)}")
+        self.weights: dict[str, float] = {n: float((weights or {}).get(n, 0.0)) for n in self.features}
+        self.states = states
+        self.variables: tuple[str, ...] = tuple(states)
+        self.margins: list[tuple[str, ...]] | None = None
+
+    @classmethod
+    def from_margins(
+        cls, margins: Sequence[Sequence[str]], states: Mapping[str, Sequence[str]]
+    ) -> LogLinearModel:
+        """The hierarchical model with the given margins: one indicator feature per margin cell.
+
+        Examples
+        --------
+        >>> s = {"a": ["0", "1"], "b": ["0", "1"], "c": ["0", "1"]}
+        >>> len(LogLinearModel.from_margins([("a", "b"), ("b", "c")], s).features)
+        8
+        """
+        features = {}
+        for margin in margins:
+            margin = tuple(margin)
+            unknown = [v for v in margin if v not in states]
+            if unknown:
+                raise ValueError(f"margin {margin!r} names variables without states: {unknown}")
+            shape = [len(states[v]) for v in margin]
+            for cell in itertools.product(*(range(k) for k in shape)):
+                table = np.zeros(shape)
+                table[cell] = 1.0
+                label = ",".join(f"{v}={states[v][i]}" for v, i in zip(margin, cell, strict=True))
+                features[f"[{label}]"] = xr.DataArray(table, dims=margin, coords={v: list(states[v]) for v in margin})
+        model = cls(features)
+        model.margins = [tuple(m) for m in margins]
+        return model
+
+    @property
+    def scopes(self) -> list[tuple[str, ...]]:
+        """Distinct feature scopes, in order of first appearance (variables in canonical order)."""
+        return list(dict.fromkeys(self._canonical(t) for t in self.features.values()))
+
+    def _canonical(self, table: xr.DataArray) -> tuple[str, ...]:
+        return tuple(sorted(map(str, table.dims), key=self.variables.index))
+
+    def feature_set(self) -> tuple[FeatureSet, list[str]]:
+        """Features stacked per scope, and the feature names in that order."""
+        grouped: dict[tuple[str, ...], list[str]] = {}
+        for name, table in self.features.items():
+            grouped.setdefault(self._canonical(table), []).append(name)
+        tables, order = {}, []
+        for scope, names in grouped.items():
+            tables[scope] = np.stack([self.features[n].transpose(*scope).values for n in names])
+            order += names
+        return FeatureSet(tables), order
+
+    def theta(self, order: Sequence[str]) -> np.ndarray:
+        """Weights as a vector in ``order``."""
+        return np.array([self.weights[n] for n in order], dtype=float)
+
+    def with_weights(self, order: Sequence[str], theta: np.ndarray) -> LogLinearModel:
+        """A copy with new weights."""
+        model = LogLinearModel(self.features, dict(zip(order, map(float, theta), strict=True)))
+        model.margins = self.margins
+        return model
+
+    def log_potentials(self) -> dict[tuple[str, ...], xr.DataArray]:
+        """``sum_i theta_i f_i`` per scope, labelled."""
+        features, order = self.feature_set()
+        tables = features.log_potentials(self.theta(order))
+        return {s: xr.DataArray(t, dims=s, coords={v: list(self.states[v]) for v in s}) for s, t in tables.items()}
+
+    def n_free_parameters(self) -> int:
+        """Free parameters of a hierarchical model (its margins' closure under subsets), else the feature count."""
+        if self.margins is None:
+            return len(self.features)
+        terms = {tuple(sorted(sub)) for m in self.margins for k in range(1, len(m) + 1)
+                 for sub in itertools.combinations(m, k)}
+        return int(sum(math.prod(len(self.states[v]) - 1 for v in term) for term in terms))
+
+    def __repr__(self) -> str:
+        return f"LogLinearModel({len(self.features)} features on {len(self.scopes)} scopes)"
