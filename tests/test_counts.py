@@ -140,3 +140,19 @@ def test_numba_kernel_equals_numpy_kernel(dtype):
     np.testing.assert_array_equal(count_chunk(columns, plan), count_chunk_numpy(columns, plan))
     weights = rng.random(10_001)
     np.testing.assert_allclose(count_chunk(columns, plan, weights), count_chunk_numpy(columns, plan, weights), rtol=1e-12)
+
+
+def test_task_keys_carry_readable_prefixes_on_the_cluster(tmp_path, client):
+    """What the dashboard's task stream shows: dpgm-counts-map / dpgm-counts-combine tasks."""
+    from distributed import get_task_stream
+
+    frame = random_frame(np.random.default_rng(2), 2000, {"a": 2, "b": 3}, missing=0.0, weighted=False)
+    dpgm.write_dataset(dpgm.from_pandas(frame), tmp_path / "d.zarr", chunk_rows=200)
+    with get_task_stream(client) as stream:
+        dpgm.counts(dpgm.open_dataset(tmp_path / "d.zarr"), [("a", "b")], client=client)
+    from dask.utils import key_split
+
+    prefixes = {key_split(task["key"]) for task in stream.data}
+    assert {"dpgm-counts-map", "dpgm-counts-combine"} <= prefixes
+    maps = [t for t in stream.data if key_split(t["key"]) == "dpgm-counts-map"]
+    assert len(maps) == 10
