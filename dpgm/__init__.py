@@ -12,6 +12,7 @@ from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
 from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork
+from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
@@ -24,6 +25,7 @@ __all__ = [
     "DataError",
     "DpgmWarning",
     "FitResult",
+    "HiddenMarkovModel",
     "LogLinearModel",
     "Schema",
     "available_networks",
@@ -34,6 +36,7 @@ __all__ = [
     "from_pandas",
     "fit",
     "from_table",
+    "hmm",
     "load",
     "load_network",
     "open_dataset",

@@ -19,6 +19,7 @@ from dpgm.fit.gradient import lbfgs, newton, proximal_gradient
 from dpgm.fit.result import FitResult
 from dpgm.fit.tables import MAX_JOINT_CELLS, JointEngine, Scope
 from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.stats.counts import Counts, counts
 
@@ -139,6 +140,11 @@ def fit(
     """
     if isinstance(model, BayesianNetwork):
         return _fit_bayesian_network(model, data, method or "mle", client=client, progress=progress, **options)
+    if isinstance(model, HiddenMarkovModel):
+        if method not in (None, "em"):
+            raise ValueError(f"a HiddenMarkovModel is fitted by method='em' (Baum-Welch), not {method!r}")
+        return _fit_hmm(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                        callback=callback, **options)
     if isinstance(model, LogLinearModel):
         return _fit_log_linear(model, data, method or "lbfgs", tol=tol, max_iter=max_iter, client=client,
                                progress=progress, callback=callback, **options)
@@ -298,4 +304,93 @@ def _fit_bayesian_network(model, data, method, *, client, progress, prior=None, 
         observed = tables[saturated].values
         result.g2, result.pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
         result.df = int(observed.size - 1 - result.n_params)
+    return result
+
+
+def _event_callback(client, callback):
+    """Each EM record goes to the user's callback and, on a cluster, to its event log."""
+
+    def report(record: dict) -> None:
+        if callback is not None:
+            callback(record)
+        if client is not None:
+            client.log_event("dpgm.fit", record)
+
+    return report
+
+
+def _initial_models(model, n_init: int, random_state, init):
+    if init == "model":
+        if n_init != 1:
+            raise ValueError("init='model' starts from the given parameters: n_init must be 1")
+        return [model]
+    if init not in (None, "random"):
+        raise ValueError(f"init must be 'random' or 'model', got {init!r}")
+    if n_init < 1:
+        raise ValueError(f"n_init must be at least 1, got {n_init!r}")
+    rng = np.random.default_rng(random_state)
+    return [model.randomized(rng) for _ in range(n_init)]
+
+
+def _fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
+             random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False) -> FitResult:
+    from dpgm.cluster import current_client
+    from dpgm.fit.em import em
+    from dpgm.stats.expected import sequence_expected_counts
+
+    states = _data_states(data)
+    if model.variable not in states:
+        raise DataError(f"the sequence variable {model.variable!r} is not in the data; known: {sorted(states)}")
+    if tuple(states[model.variable]) != model.states[model.variable]:
+        raise DataError(f"the model's symbols {model.states[model.variable]!r} differ from the data's "
+                        f"{tuple(states[model.variable])!r}", variable=model.variable)
+    client = client or current_client()
+    data = _maybe_persist(data, [model.variable], persist, client)
+
+    def estep(models):
+        return sequence_expected_counts(data, [m.arrays() for m in models], model.variable, client=client,
+                                        progress=progress)
+
+    def mstep(current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
+        return current.with_arrays(_normalize(counts["start"], current.start.values),
+                                   _normalize(counts["transition"], current.transition.values),
+                                   _normalize(counts["emission"], current.emission.values))
+
+    starts = _initial_models(model, n_init, random_state, init)
+    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=_event_callback(client, callback),
+               checkpoint=checkpoint, resume=resume)
+    return _em_result(state, "em", n_params=model.n_states * (model.n_states + model.emission.shape[1] - 1) - 1)
+
+
+def _normalize(counts: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """Rows of expected counts as distributions; a row with no expected count keeps its values."""
+    totals = counts.sum(axis=-1, keepdims=True)
+    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), previous)
+
+
+def _maybe_persist(data, variables, persist: bool, client):
+    if not persist or not isinstance(data, xr.Dataset):
+        return data
+    subset = data[[*variables, *(["weight"] if "weight" in data else [])]]
+    if client is not None:
+        return client.persist(subset)
+    return subset.persist()
+
+
+def _em_result(state, method: str, n_params: int) -> FitResult:
+    import warnings
+
+    from dpgm.errors import ConvergenceWarning
+
+    best = state.best
+    history = state.histories[best]
+    result = FitResult(
+        model=state.models[best], method=method, loglik=history[-1]["loglik"], converged=state.converged[best],
+        n_iter=len(history), n_rows=float("nan"), n_params=n_params, history=history, passes=state.passes,
+        info={"restart": best, "restart_logliks": [h[-1]["loglik"] for h in state.histories],
+              "restart_histories": state.histories},
+    )
+    if not result.converged:
+        warnings.warn(f"EM stopped after {result.n_iter} iterations without meeting tol", ConvergenceWarning,
+                      stacklevel=3)
     return result

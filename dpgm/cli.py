@@ -196,10 +196,12 @@ def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers) -> No
 @click.option("--method", default=None, help="Override the specification's method.")
 @click.option("--report", type=click.Path(), default=None, help="Write the result summary as JSON here.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@click.option("--checkpoint", type=click.Path(), default=None, help="Folder to checkpoint EM into every iteration.")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
-def fit(spec, data, out, method, report, overwrite, scheduler, scheduler_file, workers) -> None:
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, scheduler, scheduler_file, workers) -> None:
     """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
 
     Exits 0 on convergence and 3 when the iteration limit was reached first.
@@ -210,6 +212,12 @@ def fit(spec, data, out, method, report, overwrite, scheduler, scheduler_file, w
 
     with _errors():
         model, spec_method, options = build_model(read_spec(spec))
+        if resume and not checkpoint:
+            raise click.UsageError("--resume needs --checkpoint")
+        if checkpoint:
+            options["checkpoint"] = checkpoint
+        if resume:
+            options["resume"] = checkpoint
         ds = open_dataset(data)
         with _cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()

@@ -8,6 +8,17 @@ A Bayesian network::
     prior: BDeu                                # BDeu | K2
     equivalent_sample_size: 10
 
+A hidden Markov model over a (``row``, ``time``) variable, fitted by EM::
+
+    model: hmm
+    n_states: 3
+    symbols: [a, b, c, d]
+    variable: obs
+    n_init: 4
+    random_state: 0
+    max_iter: 200
+    tol: 1.0e-8
+
 Keys other than ``model``, the structure keys and ``method`` are passed to
 :func:`dpgm.fit` as options (``tol``, ``max_iter``, ...).
 """
@@ -23,7 +34,8 @@ import yaml
 
 __all__ = ["SpecError", "build_model", "read_spec"]
 
-_STRUCTURE_KEYS = {"model", "edges", "network", "variables", "method", "cliques", "features", "states"}
+_STRUCTURE_KEYS = {"model", "edges", "network", "variables", "method", "cliques", "features", "states",
+                   "n_states", "symbols", "variable", "margins"}
 
 
 class SpecError(ValueError):
@@ -61,4 +73,10 @@ def build_model(spec: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
         if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
             raise SpecError("a bayesian_network needs 'edges': a list of [parent, child] pairs (or 'network')")
         return BayesianNetwork.from_edges(edges, variables=spec.get("variables", ())), method, options
-    raise SpecError(f"unknown model kind {kind!r}; expected one of ['bayesian_network']")
+    if kind == "hmm":
+        from dpgm.models.hmm import hmm
+
+        if not isinstance(spec.get("n_states"), int) or not isinstance(spec.get("symbols"), list):
+            raise SpecError("an hmm needs 'n_states' (an integer) and 'symbols' (the observed labels)")
+        return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), method, options
+    raise SpecError(f"unknown model kind {kind!r}; expected one of ['bayesian_network', 'hmm']")

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 __all__ = ["load", "register", "save"]
@@ -89,9 +90,28 @@ def _register_builtin() -> None:
     if "BayesianNetwork" in _CODECS:
         return
     from dpgm.models.bayesian_network import BayesianNetwork
+    from dpgm.models.hmm import HiddenMarkovModel
+    from dpgm.models.log_linear import LogLinearModel
 
     register(
         BayesianNetwork,
         lambda m: dict(m.cpds),
         lambda tables, attrs: BayesianNetwork(tables),
     )
+    register(
+        HiddenMarkovModel,
+        lambda m: {"start": m.start, "transition": m.transition, "emission": m.emission},
+        lambda tables, attrs: HiddenMarkovModel(tables["start"], tables["transition"], tables["emission"]),
+    )
+
+    def log_linear_tables(model: LogLinearModel) -> dict:
+        weights = {name: (None if not np.isfinite(w) else w) for name, w in model.weights.items()}
+        return dict(model.features) | {"__attrs__": {"weights": weights, "margins": model.margins}}
+
+    def log_linear_build(tables: dict, attrs: dict) -> LogLinearModel:
+        weights = {n: (-np.inf if w is None else w) for n, w in attrs["weights"].items()}
+        model = LogLinearModel(tables, weights)
+        model.margins = [tuple(m) for m in attrs["margins"]] if attrs.get("margins") else None
+        return model
+
+    register(LogLinearModel, log_linear_tables, log_linear_build)

@@ -1,0 +1,130 @@
+"""Expected counts for EM: one pass, each chunk running batched inference for its rows.
+
+The chunk kernel gathers the chunk's observed columns into an int code matrix
+(``-1`` = missing), and asks each restart's compiled junction tree for the
+weighted sum of its rows' posterior tables and their log-likelihood. The
+junction trees travel once per pass, as one shared key of the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from dpgm.cluster import compute
+from dpgm.data.io import _check_weights
+from dpgm.data.schema import WEIGHT, Schema
+from dpgm.stats.engine import map_reduce
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["expected_counts"]
+
+
+def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
+    trees, variables, cardinalities = shared
+    weights = columns.get(WEIGHT)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        _check_weights(weights, index)
+    n = len(next(iter(columns.values())))
+    codes = np.empty((n, len(variables)), dtype=np.int16)
+    for j, v in enumerate(variables):
+        column = columns[v]
+        if column.size and (column.min() < -1 or column.max() >= cardinalities[j]):
+            from dpgm.stats.kernels import CountPlan, _raise_bad_code
+
+            bad = (column < -1) | (column >= cardinalities[j])
+            row = int(np.argmax(bad))
+            _raise_bad_code(CountPlan(tuple(variables), tuple(cardinalities), ()), j, row, int(column[row]), index)
+        codes[:, j] = column
+    return [tree.expected_counts(codes, variables, weights) for tree in trees]
+
+
+def expected_counts(
+    data: xr.Dataset,
+    trees: Sequence[Any],
+    variables: Sequence[str],
+    *,
+    client: Client | None = None,
+    progress: bool = False,
+    name: str = "dpgm-estep",
+) -> list[tuple[float, dict]]:
+    """One pass: each tree's ``(loglik, expected clique counts)`` summed over all rows.
+
+    Parameters
+    ----------
+    data
+        The dataset (observed variables; ``-1`` = missing).
+    trees
+        Compiled junction trees, one per restart, each with
+        ``expected_counts(codes, variables, weights) -> (loglik, {scope: table})``.
+    variables
+        The observed variables (columns of the code matrix).
+    client, progress
+        Where and how to run the pass.
+    name
+        Task-key prefix in the dashboard.
+    """
+    schema = Schema.from_dataset(data)
+    variables = list(variables)
+    schema.check_scopes([tuple(variables)])
+    arrays = {v: data[v].data for v in variables}
+    if schema.weight:
+        arrays[WEIGHT] = data[WEIGHT].data
+    shared = (list(trees), variables, [schema[v].cardinality for v in variables])
+    lazy = map_reduce(arrays, _estep_kernel, name=name, shared=shared)
+    return compute(lazy, client=client, progress=progress)
+
+
+def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
+    from dpgm.inference.chain import forward_backward_counts
+
+    parameters, variable, n_symbols = shared
+    codes = np.asarray(columns[variable])
+    if codes.size and (codes.min() < -1 or codes.max() >= n_symbols):
+        bad = np.argwhere((codes < -1) | (codes >= n_symbols))[0]
+        from dpgm.errors import DataError
+
+        raise DataError(
+            f"code {int(codes[tuple(bad)])!r} at row {int(bad[0])}, time {int(bad[1])} of the chunk is out of "
+            f"range: expected -1 (missing) or 0..{n_symbols - 1}",
+            variable=variable,
+            chunk=index,
+        )
+    weights = columns.get(WEIGHT)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        _check_weights(weights, index)
+    return [forward_backward_counts(codes, *p, weights=weights) for p in parameters]
+
+
+def sequence_expected_counts(
+    data: xr.Dataset,
+    parameters: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    variable: str,
+    *,
+    client: Client | None = None,
+    progress: bool = False,
+) -> list[tuple[float, dict]]:
+    """One pass of forward-backward over (``row``, ``time``) sequences, for several parameter sets.
+
+    Returns each parameter set's ``(loglik, {"start", "transition", "emission"})``.
+    """
+    schema = Schema.from_dataset(data)
+    from dpgm.errors import DataError
+
+    if variable not in schema:
+        raise DataError(f"sequence variable {variable!r} is not in the dataset; known: {sorted(schema)}")
+    if data[variable].ndim != 2:
+        raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
+    arrays = {variable: data[variable].data}
+    if schema.weight:
+        arrays[WEIGHT] = data[WEIGHT].data
+    shared = (list(parameters), variable, schema[variable].cardinality)
+    lazy = map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared)
+    return compute(lazy, client=client, progress=progress)
