@@ -334,7 +334,7 @@ def _initial_models(model, n_init: int, random_state, init):
 
 def _fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
              random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False) -> FitResult:
-    from dpgm.cluster import current_client
+    from dpgm.cluster import current_client, iteration_span
     from dpgm.fit.em import em
     from dpgm.stats.expected import sequence_expected_counts
 
@@ -347,9 +347,10 @@ def _fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress,
     client = client or current_client()
     data = _maybe_persist(data, [model.variable], persist, client)
 
-    def estep(models):
-        return sequence_expected_counts(data, [m.arrays() for m in models], model.variable, client=client,
-                                        progress=progress)
+    def estep(models, iteration):
+        with iteration_span("dpgm-em", iteration):
+            return sequence_expected_counts(data, [m.arrays() for m in models], model.variable, client=client,
+                                            progress=progress)
 
     def mstep(current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
         return current.with_arrays(_normalize(counts["start"], current.start.values),

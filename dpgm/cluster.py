@@ -108,6 +108,15 @@ def connect(
         yield local
 
 
+@contextlib.contextmanager
+def iteration_span(name: str, iteration: int) -> Iterator[None]:
+    """Tag the tasks of one iteration's pass as the span ``(name, "iteration-<k>")`` in the dashboard."""
+    from distributed import span
+
+    with span(name, f"iteration-{iteration}"):
+        yield
+
+
 def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -> Any:
     """Run one pass: compute a lazy statistic once (no-op for an eager value).
 

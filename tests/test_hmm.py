@@ -119,3 +119,23 @@ def test_cli_fit_killed_and_resumed_equals_uninterrupted(tmp_path):
     a, b = dpgm.load(tmp_path / "full.zarr"), dpgm.load(tmp_path / "resumed.zarr")
     for x, y in zip(a.arrays(), b.arrays(), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_em_iterations_are_events_and_spans_on_the_cluster(tmp_path, client):
+    """What a user watching the dashboard sees: one event per iteration, one span per pass."""
+    _, ds, _ = _sample(6, 100, 20)
+    dpgm.write_dataset(ds, tmp_path / "seq.zarr", chunk_rows=25)
+    before = set(client.run_on_scheduler(
+        lambda dask_scheduler: [s.id for s in dask_scheduler.extensions["spans"].spans.values()]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        result = dpgm.fit(dpgm.hmm(3, list("abcd")), dpgm.open_dataset(tmp_path / "seq.zarr"), random_state=1,
+                          tol=0, max_iter=4, client=client)
+    events = [e for _, e in client.get_events("dpgm.fit") if e.get("restart") == 0]
+    logged = [e["loglik"] for e in events][-4:]
+    assert logged == [h["loglik"] for h in result.history]
+    spans = client.run_on_scheduler(
+        lambda dask_scheduler: [(s.id, s.name) for s in dask_scheduler.extensions["spans"].spans.values()]
+    )
+    new = {name for id_, name in spans if id_ not in before}
+    assert {("dpgm-em", f"iteration-{k}") for k in range(1, 5)} <= new

@@ -1,6 +1,6 @@
 """The EM loop: one E step (one pass over the data) per iteration for all restarts at once.
 
-The loop is independent of the model: ``estep(models) -> [(loglik, statistics)]``
+The loop is independent of the model: ``estep(models, iteration) -> [(loglik, statistics)]``
 runs one distributed pass computing every active restart's expected statistics
 together, and ``mstep(model, statistics) -> model`` updates one restart on the
 driver. Each iteration's log-likelihood is that of the parameters the E step
@@ -43,7 +43,7 @@ class EMState:
 
 def em(
     models: list[Any],
-    estep: Callable[[list[Any]], list[tuple[float, Any]]],
+    estep: Callable[[list[Any], int], list[tuple[float, Any]]],
     mstep: Callable[[Any, Any], Any],
     *,
     max_iter: int = 100,
@@ -59,7 +59,8 @@ def em(
     models
         Starting parameters, one per restart.
     estep
-        One pass: the log-likelihood and expected statistics of each given model.
+        One pass: ``estep(models, iteration)`` -> the log-likelihood and expected
+        statistics of each given model.
     mstep
         New parameters of one restart from its statistics.
     max_iter, tol
@@ -91,7 +92,7 @@ def em(
     while iteration < max_iter and not all(converged):
         iteration += 1
         active = [i for i, done in enumerate(converged) if not done]
-        results = estep([current[i] for i in active])
+        results = estep([current[i] for i in active], iteration)
         passes += 1
         for i, (loglik, statistics) in zip(active, results, strict=True):
             previous = histories[i][-1]["loglik"] if histories[i] else None
