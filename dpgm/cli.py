@@ -151,7 +151,7 @@ def info(data) -> None:
 @click.argument("data", type=click.Path())
 @click.option("--scope", "scopes", multiple=True, required=True, help="Comma-separated variables, e.g. A,B (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
-@click.option("--out", type=click.Path(), default=None, help="Save the tables to this NetCDF/Zarr path instead.")
+@click.option("--out", type=click.Path(), default=None, help="Save the tables as JSON to this file instead.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
@@ -165,23 +165,21 @@ def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers) -> No
         ds = open_dataset(data)
         with _cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:
             tables = run(ds, parsed, client=client, progress=_progress() and not as_json)
-    if as_json:
-        payload = {
-            ",".join(scope): {
-                "dims": list(table.dims),
-                "states": {d: list(map(str, table.coords[d].values)) for d in table.dims},
-                "counts": table.values.tolist(),
-                "n_missing": tables.n_missing[scope],
-            }
-            for scope, table in tables.items()
+    payload = {
+        ",".join(scope): {
+            "dims": list(table.dims),
+            "states": {d: list(map(str, table.coords[d].values)) for d in table.dims},
+            "counts": table.values.tolist(),
+            "n_missing": tables.n_missing[scope],
         }
-        click.echo(json.dumps({"n_rows": tables.n_rows, "tables": payload}))
+        for scope, table in tables.items()
+    }
+    text = json.dumps({"n_rows": tables.n_rows, "tables": payload})
+    if as_json:
+        click.echo(text)
         return
     if out:
-        import xarray as xr
-
-        merged = xr.Dataset({"_".join(s): t.rename(f"counts_{'_'.join(s)}") for s, t in tables.items()})
-        merged.to_zarr(out, mode="w", consolidated=False)
+        Path(out).write_text(text)
         click.echo(f"saved {len(tables)} tables to {out}")
         return
     for scope, table in tables.items():
