@@ -13,7 +13,15 @@ import xarray as xr
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError
 
-__all__ = ["from_pandas", "from_table", "open_dataset", "to_pandas", "write_dataset", "zarr_encoding"]
+__all__ = [
+    "add_variables",
+    "from_pandas",
+    "from_table",
+    "open_dataset",
+    "to_pandas",
+    "write_dataset",
+    "zarr_encoding",
+]
 
 
 def _quiet_zarr():
@@ -149,6 +157,61 @@ def write_dataset(
         )
     finally:
         context.__exit__(None, None, None)
+
+
+def add_variables(
+    new: xr.Dataset,
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+):
+    """Add variables (e.g. posteriors computed by a pass) to an existing dataset store.
+
+    Parameters
+    ----------
+    new
+        Variables with dimension ``row`` of the store's length, chunked like the store
+        (each Dask chunk lands in whole Zarr chunks; writes run in parallel).
+    path
+        The dataset's Zarr store.
+    overwrite
+        Replace variables of the same names; otherwise they are refused.
+    storage_options
+        Passed to fsspec for URLs.
+    compute
+        If False, return the dask object that writes them.
+
+    Raises
+    ------
+    DataError
+        A name already taken (without ``overwrite``), or a row count that differs.
+    """
+    import zarr
+
+    existing = open_dataset(path, storage_options=storage_options)
+    taken = sorted(set(map(str, new.data_vars)) & set(map(str, existing.data_vars)))
+    if taken and not overwrite:
+        raise DataError(f"variables {taken} already exist in {os.fspath(path)!r}; pass overwrite=True")
+    if new.sizes.get(ROW) != existing.sizes[ROW]:
+        raise DataError(f"new variables have {new.sizes.get(ROW)} rows, the dataset {existing.sizes[ROW]}")
+    group = zarr.open_group(os.fspath(path), mode="r+", storage_options=storage_options)
+    for name in taken:
+        del group[name]
+    chunk_rows = int(existing[next(iter(existing.data_vars))].encoding.get("chunks", (existing.sizes[ROW],))[0])
+    new = new.chunk({ROW: chunk_rows})
+    for array in new.data_vars.values():
+        array.encoding = {}
+    context = _quiet_zarr()
+    try:
+        written = new.to_zarr(os.fspath(path), mode="a", consolidated=False, storage_options=storage_options,
+                              encoding=zarr_encoding(new, chunk_rows), compute=compute)
+    finally:
+        context.__exit__(None, None, None)
+    order = [str(v) for v in existing.data_vars if str(v) not in taken] + [str(v) for v in new.data_vars]
+    group.attrs.update({"variables": order})
+    return written
 
 
 def _encode_series(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...] | None]:

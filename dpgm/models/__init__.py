@@ -1,5 +1,5 @@
 """Model classes: labelled parameters, no data inside."""
 
-from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.models.bayesian_network import BayesianNetwork, latent_class_model
 
-__all__ = ["BayesianNetwork"]
+__all__ = ["BayesianNetwork", "latent_class_model"]

@@ -90,6 +90,14 @@ class BayesianNetwork:
         self.states: dict[str, tuple[str, ...]] = {v: states[v] for v in self.variables}
         self._parents = {v: tuple(map(str, self.cpds[v].dims[1:])) for v in self.variables}
 
+    def randomized(self, rng: np.random.Generator, concentration: float = 1.0) -> BayesianNetwork:
+        """Tables drawn from Dirichlet(``concentration``) column by column (a random EM start)."""
+        cpds = {}
+        for v, table in self.cpds.items():
+            columns = rng.dirichlet(np.full(table.shape[0], concentration), int(np.prod(table.shape[1:])))
+            cpds[v] = table.copy(data=columns.T.reshape(table.shape))
+        return BayesianNetwork(cpds)
+
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""
         from dpgm.models.store import save
@@ -200,3 +208,31 @@ def topological(variables: Iterable[str], edges: Iterable[tuple[str, str]]) -> l
     graph.add_edges_from(edges)
     order = {v: i for i, v in enumerate(variables)}
     return list(nx.lexicographical_topological_sort(graph, key=order.__getitem__))
+
+
+def latent_class_model(
+    observed_states: Mapping[str, Sequence[str]], n_classes: int, *, latent: str = "class"
+) -> BayesianNetwork:
+    """Latent class analysis (naive Bayes with a hidden class): ``latent -> every observed variable``.
+
+    Parameters
+    ----------
+    observed_states
+        Observed variable -> its state labels.
+    n_classes
+        States of the hidden class (labelled ``"0"``, ``"1"``, ...).
+    latent
+        Name of the hidden variable (absent from the data; fitted by EM).
+
+    Examples
+    --------
+    >>> model = latent_class_model({"q1": ["no", "yes"], "q2": ["no", "yes"]}, 3)
+    >>> model.parents("q1"), model.states["class"]
+    (('class',), ('0', '1', '2'))
+    """
+    if n_classes < 1:
+        raise ValueError(f"n_classes must be at least 1, got {n_classes!r}")
+    if latent in observed_states:
+        raise ValueError(f"the latent variable {latent!r} is also an observed one")
+    states = {latent: [str(i) for i in range(n_classes)], **{v: list(s) for v, s in observed_states.items()}}
+    return BayesianNetwork.from_edges([(latent, v) for v in observed_states], states, variables=[latent])
