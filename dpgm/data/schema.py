@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from dpgm.errors import DataError
@@ -66,6 +68,12 @@ def state_attrs(states: Sequence[str], dtype: np.dtype | str = "int8") -> dict:
         "flag_values": np.arange(len(states), dtype=np.dtype(dtype)).tolist(),
         "flag_meanings": " ".join(s.replace(" ", "_") for s in states),
     }
+
+
+@lru_cache(maxsize=4096)
+def state_index(name: str, states: tuple[str, ...]) -> pd.Index:
+    """The labels of a variable as a pandas Index, built once (xarray coords from an Index are ~10x cheaper)."""
+    return pd.Index(list(states), name=name, dtype=object)
 
 
 def smallest_code_dtype(cardinality: int, name: str) -> np.dtype:
@@ -164,7 +172,8 @@ class Schema(Mapping[str, Variable]):
             raise DataError(f"the dataset has no {ROW!r} dimension; dims: {sorted(map(str, ds.dims))}")
         variables = []
         weight = None
-        for name, array in ds.data_vars.items():
+        for name in ds.data_vars:
+            array = ds.variables[name]  # a Variable: no copy of the attributes
             name = str(name)
             if not array.dims or array.dims[0] != ROW:
                 raise DataError(f"must have {ROW!r} as its first dimension, has {array.dims!r}", variable=name)

@@ -73,14 +73,16 @@ def bayesian_network_estimate(
     empty = 0
     for family in structure.families:
         table = family_counts[family]
-        values = np.asarray(table.transpose(*family).values, dtype=float)
+        if table.dims != family:
+            table = table.transpose(*family)
+        values = np.asarray(table.values, dtype=float)
         pseudo = (pseudo_counts_by_variable or {}).get(family[0])
         values = values + pseudo_counts(family, values.shape, prior, equivalent_sample_size, pseudo)
         totals = values.sum(axis=0, keepdims=True)
         zero = totals == 0
         empty += int(zero.sum())
         estimate = np.where(zero, 1.0 / values.shape[0], values / np.where(zero, 1.0, totals))
-        cpds[family[0]] = xr.DataArray(estimate, dims=family, coords={v: table.coords[v].values for v in family})
+        cpds[family[0]] = xr.DataArray(estimate, dims=family, coords={v: table.indexes[v] for v in family})
     return BayesianNetwork(cpds), {"empty_parent_configurations": empty}
 
 

@@ -8,6 +8,8 @@ import networkx as nx
 import numpy as np
 import xarray as xr
 
+from dpgm.data.schema import state_index
+
 __all__ = ["BayesianNetwork"]
 
 
@@ -56,7 +58,9 @@ class BayesianNetwork:
             for dim in table.dims:
                 if dim not in table.coords:
                     raise ValueError(f"the table of {variable!r} has no state labels for {dim!r}")
-                labels = tuple(str(v) for v in table.coords[dim].values)
+                labels = tuple(map(str, table.indexes[dim])) if dim in table.indexes else tuple(
+                    str(v) for v in table.coords[dim].values
+                )
                 if dim in states and states[dim] != labels:
                     raise ValueError(
                         f"variable {dim!r} has labels {states[dim]!r} in one table and "
@@ -73,7 +77,7 @@ class BayesianNetwork:
                     f"the table of {variable!r} does not sum to 1 over {variable!r} "
                     f"(largest deviation {worst:.3g})"
                 )
-            self.cpds[variable] = table.astype(float)
+            self.cpds[variable] = table if table.dtype == np.float64 else table.astype(float)
         unknown = sorted(set(states) - set(self.cpds))
         if unknown:
             raise ValueError(f"parents {unknown} have no table; known: {sorted(self.cpds)}")
@@ -195,7 +199,7 @@ class BayesianNetwork:
             cpds[variable] = xr.DataArray(
                 np.asarray(table, dtype=float),
                 dims=dims,
-                coords={d: list(states[d]) for d in dims},
+                coords={d: state_index(d, tuple(map(str, states[d]))) for d in dims},
             )
         return cls(cpds)
 

@@ -11,7 +11,7 @@ import xarray as xr
 
 from dpgm.cluster import compute
 from dpgm.data.io import _check_table, _check_weights
-from dpgm.data.schema import WEIGHT, Schema
+from dpgm.data.schema import WEIGHT, Schema, state_index
 from dpgm.errors import DataError
 from dpgm.stats.engine import map_reduce
 from dpgm.stats.kernels import CountPlan, count_chunk
@@ -126,9 +126,9 @@ def counts(
         cardinalities=tuple(schema[v].cardinality for v in variables),
         scopes=tuple(tuple(variables.index(v) for v in s) for s in maximal),
     )
-    arrays = {v: data[v].data for v in variables}
+    arrays = {v: data.variables[v].data for v in variables}
     if schema.weight:
-        arrays[WEIGHT] = data[WEIGHT].data
+        arrays[WEIGHT] = data.variables[WEIGHT].data
     if not arrays:
         arrays = {"_rows": np.zeros(schema.n_rows, dtype=np.int8)}
     lazy = map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts")
@@ -166,7 +166,7 @@ def _assemble(
         table = np.transpose(table, [kept.index(v) for v in scope])
         counted = table.sum()
         missing = (n_rows - counted).item()
-        coords = {v: list(states[v]) for v in scope}
+        coords = {v: state_index(v, tuple(states[v])) for v in scope}
         result[scope] = xr.DataArray(
             np.ascontiguousarray(table),
             dims=scope,

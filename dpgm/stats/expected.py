@@ -73,9 +73,9 @@ def expected_counts(
     schema = Schema.from_dataset(data)
     variables = list(variables)
     schema.check_scopes([tuple(variables)])
-    arrays = {v: data[v].data for v in variables}
+    arrays = {v: data.variables[v].data for v in variables}
     if schema.weight:
-        arrays[WEIGHT] = data[WEIGHT].data
+        arrays[WEIGHT] = data.variables[WEIGHT].data
     shared = (list(trees), variables, [schema[v].cardinality for v in variables])
     lazy = map_reduce(arrays, _estep_kernel, name=name, shared=shared)
     return compute(lazy, client=client, progress=progress)
@@ -124,7 +124,7 @@ def sequence_expected_counts(
         raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
     arrays = {variable: data[variable].data}
     if schema.weight:
-        arrays[WEIGHT] = data[WEIGHT].data
+        arrays[WEIGHT] = data.variables[WEIGHT].data
     shared = (list(parameters), variable, schema[variable].cardinality)
     lazy = map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared)
     return compute(lazy, client=client, progress=progress)

@@ -113,6 +113,17 @@ def _count_two_weighted(first, second, c1, c2, weights, out):
 
 
 @numba.njit(nogil=True, cache=True)
+def _count_three(first, second, third, c1, c2, c3, weights, weighted, out):
+    for r in range(first.shape[0]):
+        x, y, z = np.int64(first[r]), np.int64(second[r]), np.int64(third[r])
+        index = ((c1 if x < 0 else x) * (c2 + 1) + (c2 if y < 0 else y)) * (c3 + 1) + (c3 if z < 0 else z)
+        if weighted:
+            out[index] += weights[r]
+        else:
+            out[index] += 1
+
+
+@numba.njit(nogil=True, cache=True)
 def _extend_index(column, card, index):
     """index <- index * (card + 1) + extended code (missing -> card)."""
     for r in range(column.shape[0]):
@@ -145,6 +156,10 @@ def _count_table(columns: list[np.ndarray], cards: list[int], weights: np.ndarra
             _count_two(columns[0], columns[1], cards[0], cards[1], out)
         else:
             _count_two_weighted(columns[0], columns[1], cards[0], cards[1], weights, out)
+    elif len(columns) == 3:
+        weighted = weights is not None
+        w = weights if weighted else np.zeros(0)
+        _count_three(*columns, *cards, w, weighted, out)
     else:
         index = np.zeros(columns[0].shape[0], dtype=np.int64)
         for column, card in zip(columns, cards, strict=True):
