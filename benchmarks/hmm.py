@@ -1,0 +1,230 @@
+"""HMM Baum-Welch seconds per iteration vs N sequences: dpgm (in memory / 2-worker cluster) vs hmmlearn.
+
+Run: ``python -m benchmarks.hmm [--quick] [--sequences 1e3 1e4 1e5 1e6]`` (hmmlearn up to
+``--hmmlearn-max``, default 1e5 sequences: it needs ~25 s per iteration there).
+
+Data: N sequences of length 50 from a 4-state, 6-symbol HMM (vectorized NumPy
+sampler, seed fixed), written to Zarr under /tmp for the cluster runs. All three
+implementations start from the same random parameters and run K iterations
+with no early stop, in the same run:
+
+* **dpgm in memory**: ``dpgm.fit(start, ds, init="model", tol=0, max_iter=K)`` on the
+  in-memory dataset, no client (one process);
+* **dpgm cluster**: the same from the Zarr store on a 2-worker LocalCluster
+  (2 processes x 1 thread);
+* **hmmlearn**: ``CategoricalHMM(init_params="", params="ste", tol=-inf)`` (one core).
+
+Seconds per iteration = wall time of the whole fit / K (setup included), median
+of 3 fits where cheap. Per-core throughput = observations / (seconds per
+iteration x cores used). The log-likelihood of every iteration is compared with
+hmmlearn's (max relative difference). BLAS/numba threads pinned to 1.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_name] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+import dpgm  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+STORE = Path("/tmp/dpgm-bench")
+N_STATES, SYMBOLS, LENGTH = 4, list("abcdef"), 50
+
+
+def _truth(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    n, m = N_STATES, len(SYMBOLS)
+    start = rng.dirichlet(np.full(n, 3.0))
+    transition = rng.dirichlet(np.ones(n), n) * 0.5 + np.eye(n) * 0.5
+    emission = rng.dirichlet(np.ones(m) * 0.7, n)
+    return start, transition, emission
+
+
+def _sample(n_sequences: int, seed: int = 1) -> np.ndarray:
+    """Vectorized forward sampling: all sequences one time step at a time."""
+    start, transition, emission = _truth()
+    rng = np.random.default_rng(seed)
+
+    def draw(probabilities):  # one categorical draw per row of ``probabilities``
+        return (rng.random((len(probabilities), 1)) > np.cumsum(probabilities, axis=1)).sum(axis=1)
+
+    codes = np.empty((n_sequences, LENGTH), dtype=np.int8)
+    state = draw(np.broadcast_to(start, (n_sequences, N_STATES)))
+    for t in range(LENGTH):
+        codes[:, t] = np.minimum(draw(emission[state]), len(SYMBOLS) - 1)
+        state = np.minimum(draw(transition[state]), N_STATES - 1)
+    return codes
+
+
+def _dataset(codes: np.ndarray) -> xr.Dataset:
+    return xr.Dataset({"obs": (("row", "time"), codes, {"states": SYMBOLS})})
+
+
+def _store(codes: np.ndarray) -> Path:
+    n = codes.shape[0]
+    path = STORE / f"hmm_{n:.0e}_L{LENGTH}_s{N_STATES}_m{len(SYMBOLS)}.zarr".replace("+", "")
+    if not (path / ".done").exists():
+        chunk_rows = int(min(max(n // 8, 1000), 200_000))
+        dpgm.write_dataset(_dataset(codes), path, chunk_rows=chunk_rows)
+        (path / ".done").write_text(str(chunk_rows))
+    return path
+
+
+def _timed(run, repeats: int):
+    times, value = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        value = run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), value
+
+
+def _hmmlearn(start, codes: np.ndarray, iterations: int, repeats: int):
+    from hmmlearn.hmm import CategoricalHMM
+
+    lengths = [codes.shape[1]] * codes.shape[0]
+    flat = codes.reshape(-1, 1)
+
+    def run():
+        model = CategoricalHMM(n_components=N_STATES, n_features=len(SYMBOLS), init_params="", params="ste",
+                               n_iter=iterations, tol=-np.inf, implementation="log")
+        model.startprob_, model.transmat_, model.emissionprob_ = start.arrays()
+        model.fit(flat, lengths)
+        return np.array(model.monitor_.history)
+
+    seconds, history = _timed(run, repeats)
+    return seconds / iterations, history
+
+
+def _dpgm(start, data, iterations: int, repeats: int, client=None):
+    def run():
+        result = dpgm.fit(start, data, init="model", tol=0, max_iter=iterations, client=client)
+        return np.array([h["loglik"] for h in result.history]), result.passes
+
+    seconds, (history, passes) = _timed(run, repeats)
+    return seconds / iterations, history, passes
+
+
+def run(sizes: list[int], iterations: int, hmmlearn_max: int) -> list[dict]:
+    start = dpgm.hmm(N_STATES, SYMBOLS).randomized(np.random.default_rng(7))
+    rows, data = [], {}
+    for n in sizes:
+        codes = _sample(n)
+        data[n] = (codes, _store(codes))
+    for n in sizes:
+        codes, _ = data[n]
+        observations = codes.size
+        repeats = 3 if n <= 10**4 else 1
+        row = {"n_sequences": n, "length": LENGTH, "observations": observations, "iterations": iterations}
+        per_iter, history, passes = _dpgm(start, _dataset(codes), iterations, repeats)
+        row["dpgm_in_memory"] = {"seconds_per_iter": per_iter, "cores": 1, "passes": passes}
+        if n <= hmmlearn_max:
+            per_iter, reference = _hmmlearn(start, codes, iterations, repeats)
+            row["hmmlearn"] = {"seconds_per_iter": per_iter, "cores": 1}
+            row["dpgm_in_memory"]["loglik_max_rel_diff"] = float(np.max(np.abs(history - reference)
+                                                                       / np.abs(reference)))
+        row["_history"] = history
+        rows.append(row)
+    with dpgm.connect(n_workers=2, dashboard_address=":0") as client:
+        client.run(lambda: None)
+        for row in rows:
+            n = row["n_sequences"]
+            per_iter, history, passes = _dpgm(start, dpgm.open_dataset(data[n][1]), iterations,
+                                              3 if n <= 10**4 else 1, client=client)
+            row["dpgm_cluster"] = {"seconds_per_iter": per_iter, "cores": 2, "passes": passes,
+                                   "loglik_max_rel_diff_vs_in_memory": float(np.max(
+                                       np.abs(history - row["_history"]) / np.abs(row["_history"])))}
+    for row in rows:
+        del row["_history"]
+        for key in ("dpgm_in_memory", "dpgm_cluster", "hmmlearn"):
+            if key in row:
+                v = row[key]
+                v["obs_per_s_per_core"] = row["observations"] / (v["seconds_per_iter"] * v["cores"])
+        line = ", ".join(f"{k} {row[k]['seconds_per_iter']:.4f}s/it"
+                         for k in ("dpgm_in_memory", "dpgm_cluster", "hmmlearn") if k in row)
+        print(f"N={row['n_sequences']:.0e}: {line}", flush=True)
+    return rows
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, per_core) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in [("dpgm_in_memory", "dpgm in memory (1 core)"), ("dpgm_cluster", "dpgm Zarr, 2 workers"),
+                       ("hmmlearn", "hmmlearn CategoricalHMM (1 core)")]:
+        xs = [r["n_sequences"] for r in rows if key in r]
+        ax.loglog(xs, [r[key]["seconds_per_iter"] for r in rows if key in r], "o-", label=label)
+        per_core.semilogx(xs, [r[key]["obs_per_s_per_core"] / 1e6 for r in rows if key in r], "o-", label=label)
+    ax.set_xlabel(f"sequences (length {LENGTH})")
+    ax.set_ylabel("seconds per Baum-Welch iteration")
+    ax.legend(fontsize=8)
+    per_core.set_xlabel("sequences")
+    per_core.set_ylabel("M observations / s / core")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _markdown(report: dict) -> str:
+    lines = ["# hmm: Baum-Welch, dpgm vs hmmlearn", "",
+             f"{N_STATES} hidden states, {len(SYMBOLS)} symbols, sequences of length {LENGTH}, "
+             f"{report['iterations']} iterations from the same start; BLAS/numba threads pinned to 1. "
+             "Per-core ratio = dpgm obs/s/core / hmmlearn obs/s/core (target: >= 1/1.5 = 0.67).", "",
+             "| N seq | dpgm mem s/it | dpgm cluster s/it | hmmlearn s/it | Mobs/s/core mem / cluster / hmmlearn | "
+             "per-core ratio mem | per-core ratio cluster | wall ratio cluster | loglik max rel diff |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        mem, clu, ref = r["dpgm_in_memory"], r["dpgm_cluster"], r.get("hmmlearn")
+        rate = (f"{mem['obs_per_s_per_core'] / 1e6:.2f} / {clu['obs_per_s_per_core'] / 1e6:.2f} / "
+                + (f"{ref['obs_per_s_per_core'] / 1e6:.2f}" if ref else "-"))
+        if ref:
+            ratios = (f"{mem['obs_per_s_per_core'] / ref['obs_per_s_per_core']:.2f} | "
+                      f"{clu['obs_per_s_per_core'] / ref['obs_per_s_per_core']:.2f} | "
+                      f"{ref['seconds_per_iter'] / clu['seconds_per_iter']:.2f}x | "
+                      f"{mem['loglik_max_rel_diff']:.1e}")
+        else:
+            ratios = "- | - | - | -"
+        lines.append(f"| {r['n_sequences']:.0e} | {mem['seconds_per_iter']:.4f} | {clu['seconds_per_iter']:.4f} | "
+                     + (f"{ref['seconds_per_iter']:.4f}" if ref else "-") + f" | {rate} | {ratios} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only (under a minute)")
+    parser.add_argument("--sequences", type=float, nargs="*", help="numbers of sequences")
+    parser.add_argument("--iterations", type=int, help="Baum-Welch iterations (default 5; 3 with --quick)")
+    parser.add_argument("--hmmlearn-max", type=float, default=1e5, help="largest N for hmmlearn")
+    args = parser.parse_args(argv)
+    sizes = [int(x) for x in (args.sequences or ([1e3, 1e4] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
+    iterations = args.iterations or (3 if args.quick else 5)
+    warnings.filterwarnings("ignore")
+    STORE.mkdir(parents=True, exist_ok=True)
+    rows = run(sizes, iterations, int(args.hmmlearn_max))
+    report = {"benchmark": "hmm", "quick": args.quick, "iterations": iterations, "n_states": N_STATES,
+              "symbols": len(SYMBOLS), "length": LENGTH, "rows": rows,
+              "notes": "BLAS/numba threads pinned to 1; the machine's 2 cores are shared with other sessions"}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "hmm.json").write_text(json.dumps(report, indent=2))
+    _plot(rows, RESULTS / "hmm.png")
+    (RESULTS / "hmm.md").write_text(_markdown(report))
+    print(_markdown(report))
+
+
+if __name__ == "__main__":
+    main()
