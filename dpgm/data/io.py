@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -83,7 +87,94 @@ def open_dataset(
     if isinstance(order, list) and set(order) == set(map(str, ds.data_vars)):
         ds = ds[order]
     Schema.from_dataset(ds)
+    ds.encoding["dpgm_store"] = ZarrStore(
+        path=path,
+        storage_options=storage_options,
+        names={str(v): ds.variables[v].data.name for v in ds.data_vars},
+        token=uuid.uuid4().hex,
+    )
     return ds
+
+
+@dataclass(frozen=True)
+class ZarrStore:
+    """Where an opened dataset's columns live, so a chunk task can read them itself.
+
+    ``names`` records each variable's dask array name at open time: a variable
+    whose array is still that one has not been sliced or transformed since.
+    """
+
+    path: str
+    storage_options: dict[str, Any] | None
+    names: dict[str, str]
+    token: str
+
+    def __hash__(self) -> int:
+        return hash(self.token)
+
+
+@dataclass(frozen=True)
+class ZarrColumns:
+    """Columns of a Zarr store read by each chunk task directly (no separate read tasks).
+
+    Reading in the task that uses the data keeps every chunk's columns on one
+    worker (no transfers between workers) and skips one task per column and chunk.
+    """
+
+    store: ZarrStore
+    variables: tuple[str, ...]
+    starts: tuple[int, ...]
+
+    @property
+    def n_chunks(self) -> int:
+        """Number of row chunks."""
+        return len(self.starts) - 1
+
+    def read(self, chunk: int) -> dict[str, np.ndarray]:
+        """The columns of one chunk, fetched concurrently."""
+        import asyncio
+
+        from zarr.core.sync import sync
+
+        arrays = _open_arrays(self.store, self.variables)
+        start, stop = self.starts[chunk], self.starts[chunk + 1]
+
+        async def fetch():
+            return await asyncio.gather(*(a.getitem(slice(start, stop)) for a in arrays))
+
+        return dict(zip(self.variables, sync(fetch()), strict=True))
+
+
+@lru_cache(maxsize=16)
+def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> list:
+    import zarr.api.asynchronous as zarr_async
+    from zarr.core.sync import sync
+
+    async def open_all():
+        group = await zarr_async.open_group(store.path, mode="r", storage_options=store.storage_options)
+        return [await group.getitem(v) for v in variables]
+
+    return sync(open_all())
+
+
+def zarr_columns(ds: xr.Dataset, variables: Sequence[str]) -> ZarrColumns | None:
+    """Direct chunk reads for ``variables`` if they are untouched columns of the store ``ds`` was opened from."""
+    store = ds.encoding.get("dpgm_store")
+    if not isinstance(store, ZarrStore):
+        return None
+    chunks = None
+    for v in variables:
+        data = ds.variables[v].data
+        if getattr(data, "name", None) != store.names.get(v):
+            return None
+        if chunks is None:
+            chunks = data.chunks[0]
+        elif data.chunks[0] != chunks:
+            return None
+    if chunks is None:
+        return None
+    starts = tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
+    return ZarrColumns(store, tuple(variables), starts)
 
 
 def zarr_encoding(ds: xr.Dataset, chunk_rows: int) -> dict[str, dict]:

@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 
 from dpgm.cluster import compute
-from dpgm.data.io import _check_table, _check_weights
+from dpgm.data.io import _check_table, _check_weights, zarr_columns
 from dpgm.data.schema import WEIGHT, Schema, state_index
 from dpgm.errors import DataError
 from dpgm.stats.engine import map_reduce
@@ -126,10 +126,9 @@ def counts(
         cardinalities=tuple(schema[v].cardinality for v in variables),
         scopes=tuple(tuple(variables.index(v) for v in s) for s in maximal),
     )
-    arrays = {v: data.variables[v].data for v in variables}
-    if schema.weight:
-        arrays[WEIGHT] = data.variables[WEIGHT].data
-    if not arrays:
+    needed = [*variables, *([WEIGHT] if schema.weight else [])]
+    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
+    if not needed:
         arrays = {"_rows": np.zeros(schema.n_rows, dtype=np.int8)}
     lazy = map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts")
     total = compute(lazy, client=client, progress=progress)

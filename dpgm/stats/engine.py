@@ -64,6 +64,23 @@ def _run_chunk(kernel: Kernel, index: int, shared: Any, names: tuple[str, ...], 
     return kernel(index, dict(zip(names, blocks, strict=True)), shared)
 
 
+def _run_zarr_chunk(kernel: Kernel, index: int, shared: Any, columns: Any, extra: dict[str, np.ndarray]):
+    return kernel(index, columns.read(index) | extra, shared)
+
+
+def _tree(level: list, name: str, token: str, split_every: int):
+    depth = 0
+    while len(level) > 1:
+        level = [
+            dask.delayed(add_partials, pure=True, traverse=False)(
+                *level[j : j + split_every], dask_key_name=(f"{name}-combine-{token}", depth, j)
+            )
+            for j in range(0, len(level), split_every)
+        ]
+        depth += 1
+    return level[0]
+
+
 def map_reduce(
     arrays: Mapping[str, Any],
     kernel: Kernel,
@@ -79,7 +96,8 @@ def map_reduce(
     ----------
     arrays
         Column name -> array with ``row`` as first axis; dask arrays (sharing their
-        row chunks, single chunk along other axes) or NumPy arrays.
+        row chunks, single chunk along other axes) or NumPy arrays; or
+        :class:`dpgm.data.io.ZarrColumns`, whose chunk tasks read the store themselves.
     kernel
         ``kernel(chunk_index, {name: block}, shared) -> partial``.
     name
@@ -98,6 +116,18 @@ def map_reduce(
         A lazy total (compute it once, see :func:`dpgm.cluster.compute`) when any
         array is a dask array, else the total itself.
     """
+    from dpgm.data.io import ZarrColumns
+
+    if isinstance(arrays, ZarrColumns):
+        token = tokenize(name, arrays.store.token, arrays.variables, arrays.starts, shared, split_every, kernel)
+        shared_key = dask.delayed(shared, pure=True, traverse=False, name=f"{name}-shared-{token}")
+        level = [
+            dask.delayed(_run_zarr_chunk, pure=True, traverse=False)(
+                kernel, i, shared_key, arrays, {}, dask_key_name=(f"{name}-map-{token}", i)
+            )
+            for i in range(arrays.n_chunks)
+        ]
+        return _tree(level, name, token, split_every)
     names = tuple(arrays)
     if not any(_is_lazy(a) for a in arrays.values()):
         n = len(next(iter(arrays.values()))) if arrays else 0
@@ -120,16 +150,7 @@ def map_reduce(
         )
         for i in range(len(chunks))
     ]
-    depth = 0
-    while len(level) > 1:
-        level = [
-            dask.delayed(add_partials, pure=True, traverse=False)(
-                *level[j : j + split_every], dask_key_name=(f"{name}-combine-{token}", depth, j)
-            )
-            for j in range(0, len(level), split_every)
-        ]
-        depth += 1
-    return level[0]
+    return _tree(level, name, token, split_every)
 
 
 def n_tree_levels(n_chunks: int, split_every: int) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 import xarray as xr
 
 from dpgm.cluster import compute
-from dpgm.data.io import _check_weights
+from dpgm.data.io import _check_weights, zarr_columns
 from dpgm.data.schema import WEIGHT, Schema
 from dpgm.stats.engine import map_reduce
 
@@ -73,9 +73,8 @@ def expected_counts(
     schema = Schema.from_dataset(data)
     variables = list(variables)
     schema.check_scopes([tuple(variables)])
-    arrays = {v: data.variables[v].data for v in variables}
-    if schema.weight:
-        arrays[WEIGHT] = data.variables[WEIGHT].data
+    needed = [*variables, *([WEIGHT] if schema.weight else [])]
+    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
     shared = (list(trees), variables, [schema[v].cardinality for v in variables])
     lazy = map_reduce(arrays, _estep_kernel, name=name, shared=shared)
     return compute(lazy, client=client, progress=progress)
@@ -122,9 +121,8 @@ def sequence_expected_counts(
         raise DataError(f"sequence variable {variable!r} is not in the dataset; known: {sorted(schema)}")
     if data[variable].ndim != 2:
         raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
-    arrays = {variable: data[variable].data}
-    if schema.weight:
-        arrays[WEIGHT] = data.variables[WEIGHT].data
+    needed = [variable, *([WEIGHT] if schema.weight else [])]
+    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
     shared = (list(parameters), variable, schema[variable].cardinality)
     lazy = map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared)
     return compute(lazy, client=client, progress=progress)
