@@ -11,7 +11,7 @@ from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
 from dpgm.io import read_bif, write_bif
-from dpgm.models import BayesianNetwork
+from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.store import load
@@ -37,6 +37,7 @@ __all__ = [
     "fit",
     "from_table",
     "hmm",
+    "latent_class_model",
     "load",
     "load_network",
     "open_dataset",

@@ -139,6 +139,9 @@ def fit(
     (True, 18)
     """
     if isinstance(model, BayesianNetwork):
+        if method == "em":
+            return _fit_bayesian_network_em(model, data, tol=tol, max_iter=max_iter, client=client,
+                                            progress=progress, callback=callback, **options)
         return _fit_bayesian_network(model, data, method or "mle", client=client, progress=progress, **options)
     if isinstance(model, HiddenMarkovModel):
         if method not in (None, "em"):
@@ -394,4 +397,60 @@ def _em_result(state, method: str, n_params: int) -> FitResult:
     if not result.converged:
         warnings.warn(f"EM stopped after {result.n_iter} iterations without meeting tol", ConvergenceWarning,
                       stacklevel=3)
+    return result
+
+
+def _bn_factors(model: BayesianNetwork) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    return [(tuple(map(str, model.cpds[v].dims)), model.cpds[v].values) for v in model.variables]
+
+
+def _fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
+                             n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
+                             persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
+                             pseudo_counts=None) -> FitResult:
+    from dpgm.cluster import current_client, iteration_span
+    from dpgm.fit.em import em
+    from dpgm.inference.evidence import BatchedTree
+    from dpgm.stats.expected import expected_counts
+
+    if not model.is_parameterized:
+        raise ValueError("EM needs the states of every variable, latent ones included: "
+                         "give BayesianNetwork.from_edges(edges, states)")
+    if prior is not None and prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
+    states = _data_states(data)
+    observed = [v for v in model.variables if v in states]
+    latent = [v for v in model.variables if v not in states]
+    if not observed:
+        raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
+    _check_variables(observed, model.states, states)
+    cards = {v: model.cardinality(v) for v in model.variables}
+    structure = BatchedTree(model.variables, cards, _bn_factors(model)).structure
+    client = client or current_client()
+    data = _maybe_persist(data, observed, persist, client)
+
+    def estep(models, iteration):
+        trees = [BatchedTree(m.variables, cards, _bn_factors(m), structure) for m in models]
+        with iteration_span("dpgm-em", iteration):
+            results = expected_counts(data, trees, observed, client=client, progress=progress)
+        return [(loglik, (tree, counts)) for tree, (loglik, counts) in zip(trees, results, strict=True)]
+
+    def mstep(current: BayesianNetwork, statistics) -> BayesianNetwork:
+        tree, clique_counts = statistics
+        families = tree.family_counts(clique_counts, current.families)
+        labelled = {f: xr.DataArray(t, dims=f, coords={v: list(current.states[v]) for v in f})
+                    for f, t in families.items()}
+        estimate, _ = bayesian_network_estimate(current, labelled, prior=prior,
+                                                equivalent_sample_size=equivalent_sample_size,
+                                                pseudo_counts_by_variable=pseudo_counts)
+        return estimate
+
+    starts = _initial_models(model, n_init, random_state, init)
+    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=_event_callback(client, callback),
+               checkpoint=checkpoint, resume=resume)
+    from dpgm.fit.bayesian import n_free_parameters
+
+    result = _em_result(state, "em", n_params=n_free_parameters(model))
+    result.info["latent"] = latent
+    result.info["tree_width"] = structure.width
     return result
