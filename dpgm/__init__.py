@@ -3,7 +3,7 @@
 The public API lives here; see the README for a tour.
 """
 
-from dpgm.api import fit
+from dpgm.api import fit, predict_proba
 from dpgm.cluster import compute, connect
 from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
 from dpgm.data.convert import convert
@@ -41,6 +41,7 @@ __all__ = [
     "load",
     "load_network",
     "open_dataset",
+    "predict_proba",
     "read_bif",
     "sample_bayesian_network",
     "to_pandas",

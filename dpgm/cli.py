@@ -238,6 +238,28 @@ def _echo_iteration(record: dict) -> None:
 
 
 @cli.command()
+@click.argument("model_path", type=click.Path())
+@click.argument("data", type=click.Path())
+@click.option("--variable", required=True, help="Variable whose posterior to compute (e.g. the latent class).")
+@click.option("--name", default=None, help="Name of the new variable (default <variable>_proba).")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+def predict(model_path, data, variable, name, scheduler, scheduler_file, workers) -> None:
+    """Write every row's posterior of --variable under MODEL_PATH into the dataset DATA."""
+    from dpgm.api import predict_proba
+    from dpgm.data import open_dataset
+    from dpgm.models.store import load
+
+    with _errors():
+        model = load(model_path)
+        ds = open_dataset(data)
+        with _cluster(scheduler, scheduler_file, workers) as client:
+            result = predict_proba(model, ds, variable, write=True, name=name, client=client)
+    click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")
+
+
+@cli.command()
 @click.option("--rows", type=float, default=1e6, show_default=True)
 @click.option("--network", default="alarm", show_default=True)
 @scheduler_option

@@ -140,3 +140,32 @@ def test_mcar_fit_is_close_to_truth_and_same_on_cluster_and_in_memory(tmp_path, 
     for v in ["smoke", "bronc", "dysp", "xray"]:
         fitted, true = cluster.model.cpds[v].values, truth.cpds[v].values
         assert np.abs(fitted - true).max() < 0.03, v
+
+
+def test_predict_proba_equals_bayes_rule_and_is_written_back(tmp_path, client):
+    """Oracle: P(class | answers) by Bayes' rule, row by row, from the fitted tables."""
+    truth = _separated_truth()
+    dpgm.sample_bayesian_network(truth, 3000, tmp_path / "d.zarr", seed=8, missing=0.1, chunk_rows=700,
+                                 client=client)
+    ds = dpgm.open_dataset(tmp_path / "d.zarr").drop_vars("class")
+    fitted = dpgm.fit(dpgm.latent_class_model(QUESTIONS, 3), ds, method="em", random_state=0, tol=1e-8,
+                      max_iter=500, client=client).model
+    fitted.save(tmp_path / "m.zarr")
+    proba = dpgm.predict_proba(fitted, ds, "class").values
+    codes = np.stack([ds[q].values for q in QUESTIONS], axis=1).astype(int)
+    log_post = np.log(fitted.cpds["class"].values)[None, :].repeat(len(codes), 0)
+    for j, q in enumerate(QUESTIONS):
+        table = fitted.cpds[q].transpose(q, "class").values
+        seen = codes[:, j] >= 0
+        log_post[seen] += np.log(table[codes[seen, j]])
+    expected = np.exp(log_post - log_post.max(axis=1, keepdims=True))
+    expected /= expected.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(proba, expected, rtol=1e-10, atol=1e-14)
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "dpgm.cli", "predict", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"),
+                    "--variable", "class", "--workers", "1"], check=True, capture_output=True, timeout=180)
+    written = dpgm.open_dataset(tmp_path / "d.zarr")
+    assert written.class_proba.attrs["labels"] == ["0", "1", "2"]
+    np.testing.assert_allclose(written.class_proba.values, expected, rtol=1e-10, atol=1e-14)
