@@ -14,6 +14,7 @@ from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.log_linear import LogLinearModel
+from dpgm.models.markov import MarkovNetwork
 from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
 from dpgm.stats import Counts, counts
@@ -27,6 +28,7 @@ __all__ = [
     "FitResult",
     "HiddenMarkovModel",
     "LogLinearModel",
+    "MarkovNetwork",
     "Schema",
     "available_networks",
     "compute",

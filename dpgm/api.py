@@ -17,10 +17,11 @@ from dpgm.fit.gis import gis
 from dpgm.fit.goodness import MAX_SATURATED_CELLS, deviance_and_pearson
 from dpgm.fit.gradient import lbfgs, newton, proximal_gradient
 from dpgm.fit.result import FitResult
-from dpgm.fit.tables import MAX_JOINT_CELLS, JointEngine, Scope
+from dpgm.fit.tables import MAX_JOINT_CELLS, JointEngine, Scope, TreeEngine
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.models.log_linear import LogLinearModel
+from dpgm.models.markov import MarkovNetwork
 from dpgm.stats.counts import Counts, counts
 
 if TYPE_CHECKING:
@@ -148,20 +149,26 @@ def fit(
             raise ValueError(f"a HiddenMarkovModel is fitted by method='em' (Baum-Welch), not {method!r}")
         return _fit_hmm(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
                         callback=callback, **options)
+    if isinstance(model, MarkovNetwork):
+        return _fit_markov_network(model, data, method or "ipf", tol=tol, max_iter=max_iter, client=client,
+                                   progress=progress, callback=callback, **options)
     if isinstance(model, LogLinearModel):
         return _fit_log_linear(model, data, method or "lbfgs", tol=tol, max_iter=max_iter, client=client,
                                progress=progress, callback=callback, **options)
-    raise TypeError(f"cannot fit a {type(model).__name__}; expected a BayesianNetwork or LogLinearModel")
+    raise TypeError(
+        f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel "
+        "or HiddenMarkovModel"
+    )
 
 
 def _engine(variables: Sequence[str], states: dict, offsets: dict[Scope, np.ndarray] | None = None):
     """Marginals engine for a model over ``variables``: the enumerated joint when small enough."""
     cards = {v: len(states[v]) for v in variables}
     if math.prod(cards.values()) > MAX_JOINT_CELLS:
-        raise ValueError(
-            f"the model's joint table has {math.prod(cards.values()):,} cells (> {MAX_JOINT_CELLS:,}); "
-            "junction-tree inference for larger log-linear models is not available yet"
-        )
+        if offsets:
+            raise ValueError("structural_zeros on a model too large to enumerate: give them as zeros "
+                             "of a start table and fit with method='ipf'")
+        return TreeEngine(variables, cards)
     engine = JointEngine(variables, cards)
     if not offsets:
         return engine
@@ -239,7 +246,7 @@ def _log_linear_result(fitted, features: FeatureSet, theta, empirical, engine, t
     n_params = fitted.n_free_parameters() if isinstance(fitted, LogLinearModel) else fitted
     result = FitResult(model=fitted, method=method, loglik=loglik, converged=converged, n_iter=n_iter,
                        n_rows=n, n_params=n_params, history=history)
-    if saturated:
+    if saturated and not isinstance(engine, TreeEngine):
         joint_engine = getattr(engine, "joint_engine", engine)
         log_potentials = features.log_potentials(theta)
         for scope, table in offsets.items():
@@ -523,3 +530,84 @@ def predict_proba(
         compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options,
                               compute=False), client=client)
     return result
+
+
+_MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
+
+
+def _fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, client, progress, callback,
+                        structural_zeros=None, l1: float = 0.0, l2: float = 0.0, goodness_of_fit=True) -> FitResult:
+    from dpgm.fit.decomposable import decomposable_mle
+    from dpgm.fit.tree_ipf import tree_ipf
+
+    if method not in _MARKOV_METHODS:
+        raise ValueError(f"unknown method {method!r} for a MarkovNetwork; expected one of {_MARKOV_METHODS}")
+    states = _data_states(data)
+    _check_variables(model.variables, model.states, states)
+    scopes = model.scopes
+    hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
+    if method in ("gis", "lbfgs", "newton"):
+        result = _fit_log_linear(hierarchical, data, method, tol=tol, max_iter=max_iter, client=client,
+                                 progress=progress, callback=callback, l1=l1, l2=l2,
+                                 structural_zeros=structural_zeros, goodness_of_fit=goodness_of_fit)
+        log_potentials = {k: v.values for k, v in result.model.log_potentials().items()}
+        result.model = model.with_log_potentials({s: _align(log_potentials, s) for s in scopes})
+        return result
+    saturated = _saturated_scope(model.variables, states) if goodness_of_fit else None
+    tables = _complete_counts(data, list(scopes) + ([saturated] if saturated else []), client, progress)
+    n = float(tables.n_rows)
+    counts = {s: np.asarray(tables[s].values, dtype=float) for s in scopes}
+    with np.errstate(divide="ignore"):
+        init = {s: np.log(model.potentials[s].values) for s in scopes}
+    offsets = _structural_zero_offsets(structural_zeros, model.variables, states)
+    for mask_scope, table in offsets.items():
+        holder = next((s for s in scopes if set(mask_scope) <= set(s)), None)
+        if holder is None:
+            raise ValueError(f"structural zeros on {mask_scope!r} must lie inside one of the model's scopes")
+        init[holder] = init[holder] + _expand_to(table, mask_scope, holder)
+    if method == "closed_form":
+        if offsets or any(np.isneginf(t).any() for t in init.values()):
+            raise ValueError("closed_form does not take structural zeros; use method='ipf'")
+        log_potentials = decomposable_mle(scopes, counts)
+        history, converged, n_iter = [], True, 0
+    else:
+        state = tree_ipf(counts, model.variables, {v: model.cardinality(v) for v in model.variables}, init=init,
+                         max_iter=max_iter, tol=tol, callback=callback)
+        log_potentials, history, converged, n_iter = (state.log_potentials, state.history, state.converged,
+                                                      state.n_iter)
+    fitted = model.with_log_potentials(log_potentials)
+    features, order = hierarchical.feature_set()
+    engine = _engine(model.variables, states) if saturated else TreeEngine(
+        model.variables, {v: len(states[v]) for v in model.variables})
+    _, log_z = engine({s: log_potentials[s] for s in scopes}, [])
+    from dpgm.fit.tables import loglik_from_potentials
+
+    result = FitResult(model=fitted, method=method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
+                       converged=converged, n_iter=n_iter, n_rows=n, n_params=hierarchical.n_free_parameters(),
+                       history=history)
+    if saturated:
+        probabilities = engine.joint({s: log_potentials[s] for s in scopes})
+        order_axes = [saturated.index(v) for v in model.variables]
+        observed = np.transpose(tables[saturated].values, order_axes)
+        zeros = probabilities == 0 if offsets else None
+        result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
+        result.df = int(observed.size - 1 - result.n_params)
+    if not converged:
+        import warnings
+
+        from dpgm.errors import ConvergenceWarning
+
+        warnings.warn(f"ipf stopped after {n_iter} sweeps without meeting tol", ConvergenceWarning, stacklevel=3)
+    return result
+
+
+def _align(log_potentials: dict, scope: tuple[str, ...]) -> np.ndarray:
+    """The log table of ``scope`` from tables keyed by the same variables in canonical order."""
+    key = next(k for k in log_potentials if set(k) == set(scope))
+    return np.transpose(log_potentials[key], [key.index(v) for v in scope])
+
+
+def _expand_to(table: np.ndarray, scope: tuple[str, ...], target: tuple[str, ...]) -> np.ndarray:
+    from dpgm.fit.tables import expand
+
+    return expand(table, scope, target)

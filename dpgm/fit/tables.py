@@ -101,3 +101,31 @@ def loglik_from_potentials(
         positive = c > 0
         total += float((c[positive] * table[positive]).sum())
     return total
+
+
+class TreeEngine:
+    """Marginals and log Z from one junction-tree calibration (models too large to enumerate).
+
+    The triangulation is built once for the scopes it is first called with;
+    later calls reuse it with new tables.
+    """
+
+    def __init__(self, variables: Sequence[str], cardinalities: Mapping[str, int]):
+        self.variables = tuple(variables)
+        self.cardinalities = dict(cardinalities)
+        self._tree = None
+
+    def __call__(
+        self, log_potentials: Mapping[Scope, np.ndarray], scopes: Sequence[Scope]
+    ) -> tuple[dict[Scope, np.ndarray], float]:
+        from dpgm.inference.evidence import BatchedTree
+
+        factors = [(s, np.exp(t)) for s, t in log_potentials.items()]
+        if self._tree is None or self._tree.scopes != [s for s, _ in factors]:
+            self._tree = BatchedTree(self.variables, self.cardinalities, factors)
+        else:
+            self._tree = self._tree.with_factors(factors)
+        log_z, cliques = self._tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
+        if not np.isfinite(log_z):
+            raise ValueError("every cell of the model has probability zero")
+        return self._tree.family_counts(cliques, scopes), float(log_z)

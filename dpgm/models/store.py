@@ -115,3 +115,11 @@ def _register_builtin() -> None:
         return model
 
     register(LogLinearModel, log_linear_tables, log_linear_build)
+
+    from dpgm.models.markov import MarkovNetwork
+
+    register(
+        MarkovNetwork,
+        lambda m: {",".join(s): t for s, t in m.potentials.items()},
+        lambda tables, attrs: MarkovNetwork({tuple(k.split(",")): t for k, t in tables.items()}),
+    )

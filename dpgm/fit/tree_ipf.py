@@ -1,0 +1,148 @@
+"""IPF on a junction tree, restoring calibration only along the path to the next clique.
+
+Clique beliefs ``beta_C`` (the model's clique marginals) and separator beliefs
+``mu_S`` are kept calibrated Hugin-style. Updating a scope ``s`` inside clique
+``C`` multiplies ``beta_C`` by ``p~(x_s) / p(x_s)`` (0/0 = 0) and the scope's
+potential by the same ratio; the joint changes by exactly that factor and stays
+normalized, so log Z never changes. Before the next scope, whose clique is
+``C'``, Hugin absorptions run only along the tree path ``C -> C'``; scopes are
+visited in depth-first clique order, so the paths are short. A sweep costs
+about one pass over the tree instead of one full calibration per scope.
+
+References
+----------
+Jirousek, R. and Preucil, S. (1995). On the effective implementation of the
+iterative proportional fitting procedure. *Comput. Statist. Data Anal.* 19, 177-189.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from dpgm.fit.ipf import IPFState, _log_ratio
+from dpgm.fit.tables import Scope, expand, loglik_from_potentials, reduce_to
+from dpgm.inference.evidence import BatchedTree
+from dpgm.inference.triangulation import build_tree
+
+__all__ = ["tree_ipf"]
+
+
+class _HuginTree:
+    def __init__(self, variables, cards, scopes, log_potentials):
+        self.structure = build_tree(variables, cards, scopes)
+        factors = [(s, np.exp(log_potentials[s])) for s in scopes]
+        tree = BatchedTree(variables, cards, factors, self.structure)
+        self.log_z, clique_tables = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
+        self.beliefs = [np.array(clique_tables[c], dtype=float) for c in self.structure.cliques]
+        self.separators = {c: self._project(c, self.structure.parent[c])
+                           for c in range(len(self.structure.cliques)) if self.structure.parent[c] >= 0}
+
+    def _shared(self, a: int, b: int) -> tuple[str, ...]:
+        return tuple(v for v in self.structure.cliques[a] if v in self.structure.cliques[b])
+
+    def _project(self, a: int, b: int) -> np.ndarray:
+        return reduce_to(self.beliefs[a], self.structure.cliques[a], self._shared(a, b))
+
+    def absorb(self, source: int, target: int) -> None:
+        """Hugin message ``source -> target`` (adjacent cliques)."""
+        edge = source if self.structure.parent[source] == target else target
+        new = self._project(source, target)
+        old = self.separators[edge]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(old > 0, new / np.where(old > 0, old, 1.0), 0.0)
+        shared = self._shared(source, target)
+        self.beliefs[target] = self.beliefs[target] * expand(ratio, shared, self.structure.cliques[target])
+        self.separators[edge] = new
+
+    def path(self, a: int, b: int) -> list[int]:
+        up_a, up_b = [a], [b]
+        while self.structure.parent[up_a[-1]] >= 0:
+            up_a.append(self.structure.parent[up_a[-1]])
+        while self.structure.parent[up_b[-1]] >= 0:
+            up_b.append(self.structure.parent[up_b[-1]])
+        common = next(x for x in up_a if x in set(up_b))
+        return up_a[: up_a.index(common) + 1] + list(reversed(up_b[: up_b.index(common)]))
+
+
+def tree_ipf(
+    counts: Mapping[Scope, np.ndarray],
+    variables: Sequence[str],
+    cardinalities: Mapping[str, int],
+    *,
+    init: Mapping[Scope, np.ndarray] | None = None,
+    max_iter: int = 1000,
+    tol: float = 1e-10,
+    callback: Callable[[dict], None] | None = None,
+) -> IPFState:
+    """IPF with path-wise recalibration of a junction tree (see the module docstring).
+
+    Parameters
+    ----------
+    counts
+        Empirical counts of each scope.
+    variables, cardinalities
+        The model's variables.
+    init
+        Starting log potentials (``-inf`` = structural zero); default uniform.
+    max_iter, tol
+        Sweeps at most; stop when every scope's marginal, checked just before its
+        update in a sweep, is within ``tol`` of the empirical one.
+    callback
+        Called with each sweep's history record.
+    """
+    scopes = list(counts)
+    n = float(next(iter(counts.values())).sum()) if counts else 0.0
+    targets = {s: np.asarray(counts[s], dtype=float) / n for s in scopes}
+    log_potentials = {s: (np.zeros(np.shape(counts[s])) if init is None else np.array(init[s], dtype=float))
+                      for s in scopes}
+    hugin = _HuginTree(variables, cardinalities, scopes, log_potentials)
+    structure = hugin.structure
+    home = dict(zip(scopes, structure.assignment, strict=True))
+    preorder = list(reversed(structure.order))
+    scopes.sort(key=lambda s: preorder.index(home[s]))
+    history: list[dict] = []
+    start = time.perf_counter()
+    converged = False
+    iteration = 0
+    current = home[scopes[0]] if scopes else 0
+    for iteration in range(1, max_iter + 1):
+        error = 0.0
+        for scope in scopes:
+            clique = home[scope]
+            route = hugin.path(current, clique)
+            for a, b in zip(route, route[1:], strict=False):
+                hugin.absorb(a, b)
+            current = clique
+            marginal = reduce_to(hugin.beliefs[clique], structure.cliques[clique], scope)
+            error = max(error, float(np.abs(marginal - targets[scope]).max()))
+            log_ratio = _log_ratio(targets[scope], marginal)
+            hugin.beliefs[clique] = hugin.beliefs[clique] * np.exp(expand(log_ratio, scope, structure.cliques[clique]))
+            log_potentials[scope] = log_potentials[scope] + log_ratio
+        record = {
+            "iteration": iteration,
+            "loglik": loglik_from_potentials(counts, log_potentials, hugin.log_z, n),
+            "max_error": error,
+            "seconds": time.perf_counter() - start,
+        }
+        history.append(record)
+        if callback is not None:
+            callback(record)
+        if error < tol:
+            converged = True
+            break
+    state = IPFState(log_potentials, history, converged, iteration)
+    state.log_z = hugin.log_z
+    state.width = structure.width
+    state.total_table_size = structure.total_table_size
+    return state
+
+
+def grid_scopes(rows: int, columns: int) -> list[tuple[str, str]]:
+    """Nearest-neighbour pairs of a ``rows x columns`` grid of variables ``r{i}c{j}``."""
+    name = [[f"r{i}c{j}" for j in range(columns)] for i in range(rows)]
+    pairs = [(name[i][j], name[i][j + 1]) for i in range(rows) for j in range(columns - 1)]
+    pairs += [(name[i][j], name[i + 1][j]) for i in range(rows - 1) for j in range(columns)]
+    return pairs

@@ -1,0 +1,89 @@
+"""Discrete Markov networks: nonnegative potentials on scopes, ``p(x) ∝ prod_S psi_S(x_S)``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from dpgm.data.schema import state_index
+
+__all__ = ["MarkovNetwork"]
+
+
+class MarkovNetwork:
+    """A Markov network with labelled potentials.
+
+    Parameters
+    ----------
+    potentials
+        Scope (tuple of variable names) -> nonnegative ``xarray.DataArray`` over it.
+
+    Examples
+    --------
+    >>> mn = MarkovNetwork.from_cliques([("a", "b"), ("b", "c")], {"a": ["0", "1"], "b": ["0", "1"], "c": ["x", "y"]})
+    >>> mn.scopes, mn.potentials[("b", "c")].dims
+    ([('a', 'b'), ('b', 'c')], ('b', 'c'))
+    """
+
+    def __init__(self, potentials: Mapping[Sequence[str], xr.DataArray]):
+        self.potentials: dict[tuple[str, ...], xr.DataArray] = {}
+        states: dict[str, tuple[str, ...]] = {}
+        for scope, table in potentials.items():
+            scope = tuple(map(str, scope))
+            if not isinstance(table, xr.DataArray):
+                raise TypeError(f"the potential on {scope!r} must be an xarray.DataArray, got {type(table).__name__}")
+            if set(map(str, table.dims)) != set(scope) or len(table.dims) != len(scope):
+                raise ValueError(f"the potential on {scope!r} has dims {table.dims!r}")
+            for dim in scope:
+                if dim not in table.coords:
+                    raise ValueError(f"the potential on {scope!r} has no state labels for {dim!r}")
+                labels = tuple(map(str, table.coords[dim].values))
+                if states.setdefault(dim, labels) != labels:
+                    raise ValueError(f"variable {dim!r} has labels {states[dim]!r} and {labels!r}")
+            values = np.asarray(table.values, dtype=float)
+            if (values < 0).any() or not np.isfinite(values).all():
+                raise ValueError(f"the potential on {scope!r} must be finite and nonnegative")
+            self.potentials[scope] = table.transpose(*scope).astype(float)
+        self.states = states
+        self.variables: tuple[str, ...] = tuple(states)
+
+    @classmethod
+    def from_cliques(
+        cls, cliques: Sequence[Sequence[str]], states: Mapping[str, Sequence[str]]
+    ) -> MarkovNetwork:
+        """Uniform (all-ones) potentials on the given scopes."""
+        potentials = {}
+        for clique in cliques:
+            clique = tuple(clique)
+            unknown = [v for v in clique if v not in states]
+            if unknown:
+                raise ValueError(f"clique {clique!r} names variables without states: {unknown}")
+            potentials[clique] = xr.DataArray(
+                np.ones([len(states[v]) for v in clique]), dims=clique,
+                coords={v: state_index(v, tuple(map(str, states[v]))) for v in clique},
+            )
+        return cls(potentials)
+
+    @property
+    def scopes(self) -> list[tuple[str, ...]]:
+        """The potentials' scopes."""
+        return list(self.potentials)
+
+    def cardinality(self, variable: str) -> int:
+        """Number of states of ``variable``."""
+        return len(self.states[variable])
+
+    def with_log_potentials(self, log_potentials: Mapping[tuple[str, ...], np.ndarray]) -> MarkovNetwork:
+        """A copy whose potentials are ``exp`` of the given log tables (``-inf`` -> 0)."""
+        return MarkovNetwork({s: self.potentials[s].copy(data=np.exp(log_potentials[s])) for s in self.scopes})
+
+    def save(self, path: str, *, mode: str = "w-") -> None:
+        """Write the network to a Zarr group."""
+        from dpgm.models.store import save
+
+        save(self, path, mode=mode)
+
+    def __repr__(self) -> str:
+        return f"MarkovNetwork({len(self.variables)} variables, {len(self.potentials)} potentials)"
