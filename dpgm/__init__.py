@@ -10,6 +10,7 @@ from dpgm.data.convert import convert
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
+from dpgm.inference.exact import log_partition, marginal, marginals
 from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.hmm import HiddenMarkovModel, hmm
@@ -42,6 +43,9 @@ __all__ = [
     "latent_class_model",
     "load",
     "load_network",
+    "log_partition",
+    "marginal",
+    "marginals",
     "open_dataset",
     "predict_proba",
     "read_bif",

@@ -121,7 +121,8 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -
     """Run one pass: compute a lazy statistic once (no-op for an eager value).
 
     With ``client`` (or an active default client) the pass runs on that cluster;
-    otherwise on Dask's threaded scheduler in this process.
+    otherwise on Dask's configured scheduler (threads by default;
+    ``dask.config.set(scheduler="sync")`` runs it in this thread).
     """
     if not dask.is_dask_collection(obj):
         return obj
@@ -131,8 +132,8 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -
             from dask.diagnostics import ProgressBar
 
             with ProgressBar():
-                return dask.compute(obj, scheduler="threads")[0]
-        return dask.compute(obj, scheduler="threads")[0]
+                return dask.compute(obj)[0]
+        return dask.compute(obj)[0]
     future = client.compute(obj)
     if progress:
         from distributed import progress as show_progress

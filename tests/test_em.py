@@ -207,3 +207,25 @@ def test_undirected_em_loglik_is_monotone_and_exact(kind):
     codes = np.stack([ds[v].values for v in "abc"], axis=1)
     expected = float(np.log(marginal[codes[:, 0], codes[:, 1], codes[:, 2]]).sum())
     assert result.loglik == pytest.approx(expected, rel=1e-10)
+
+
+def test_same_result_on_synchronous_scheduler_and_cluster_and_with_persist(tmp_path, client):
+    import dask
+
+    truth = dpgm.load_network("asia")
+    dpgm.sample_bayesian_network(truth, 5000, tmp_path / "a.zarr", seed=9, missing=0.2, chunk_rows=900,
+                                 client=client)
+    ds = dpgm.open_dataset(tmp_path / "a.zarr").drop_vars("either")
+    structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
+    options = {"method": "em", "random_state": 5, "tol": 0, "max_iter": 8}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        with dask.config.set(scheduler="sync"):
+            synchronous = dpgm.fit(structure, ds, **options)
+        cluster = dpgm.fit(structure, ds, client=client, **options)
+        persisted = dpgm.fit(structure, ds, client=client, persist=True, **options)
+    for other in (cluster, persisted):
+        np.testing.assert_allclose([h["loglik"] for h in other.history], [h["loglik"] for h in synchronous.history],
+                                   rtol=1e-12)
+        for v in truth.variables:
+            np.testing.assert_allclose(other.model.cpds[v].values, synchronous.model.cpds[v].values, rtol=1e-10)
