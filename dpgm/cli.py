@@ -205,18 +205,18 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, schedule
     Exits 0 on convergence and 3 when the iteration limit was reached first.
     """
     from dpgm.api import fit as run
-    from dpgm.data import open_dataset
+    from dpgm.data import Schema, open_dataset
     from dpgm.spec import build_model, read_spec
 
     with _errors():
-        model, spec_method, options = build_model(read_spec(spec))
+        ds = open_dataset(data)
+        model, spec_method, options = build_model(read_spec(spec), Schema.from_dataset(ds).states)
         if resume and not checkpoint:
             raise click.UsageError("--resume needs --checkpoint")
         if checkpoint:
             options["checkpoint"] = checkpoint
         if resume:
             options["resume"] = checkpoint
-        ds = open_dataset(data)
         with _cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
             result = run(model, ds, method=method or spec_method, client=client, progress=_progress(),

@@ -102,3 +102,22 @@ def test_fit_bad_spec_exits_78(tmp_path):
     dpgm.sample_bayesian_network(dpgm.load_network("asia"), 100, tmp_path / "a.zarr", seed=0)
     result = run("fit", tmp_path / "spec.toml", tmp_path / "a.zarr", "--out", tmp_path / "m.zarr", check=False)
     assert "edges" in _one_line_error(result, 78)
+
+
+def test_fit_markov_and_latent_class_specs(tmp_path):
+    truth = dpgm.load_network("asia")
+    ds = dpgm.sample_bayesian_network(truth, 4000, tmp_path / "a.zarr", seed=3, chunk_rows=1000)
+    (tmp_path / "mn.yaml").write_text("model: markov_network\ncliques: [[smoke, lung], [lung, either], "
+                                      "[either, bronc], [bronc, smoke]]\nmethod: ipf\ntol: 1.0e-10\n")
+    run("fit", tmp_path / "mn.yaml", tmp_path / "a.zarr", "--out", tmp_path / "mn.zarr", "--workers", "1")
+    saved = dpgm.load(tmp_path / "mn.zarr")
+    scopes = [("smoke", "lung"), ("lung", "either"), ("either", "bronc"), ("bronc", "smoke")]
+    expected = dpgm.fit(dpgm.MarkovNetwork.from_cliques(scopes, truth.states), ds, method="ipf", tol=1e-10)
+    for s in scopes:
+        np.testing.assert_allclose(saved.potentials[s].values, expected.model.potentials[s].values, rtol=1e-12)
+    (tmp_path / "lca.yaml").write_text("model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub]\n"
+                                       "random_state: 0\nmax_iter: 50\ntol: 1.0e-6\n")
+    out = run("fit", tmp_path / "lca.yaml", tmp_path / "a.zarr", "--out", tmp_path / "lca.zarr", "--workers", "1",
+              check=False)
+    assert out.returncode in (0, 3), out.stderr
+    assert set(dpgm.load(tmp_path / "lca.zarr").variables) == {"class", "xray", "dysp", "tub"}
