@@ -237,6 +237,20 @@ def _fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, clien
                               method, history, converged, n_iter, n)
 
 
+def _adjust_for_structural_zeros(result: FitResult, features: FeatureSet, joint_engine: JointEngine,
+                                 zeros: np.ndarray) -> None:
+    """Cells fixed at zero leave the table and the parameters they alone carried become
+    unidentifiable: df = kept cells - rank of the design on them (statsmodels' GLM agrees).
+    R's loglin convention, without the adjustment, is kept in ``info["df_unadjusted"]``."""
+    result.info["df_unadjusted"] = result.df
+    kept = ~zeros.ravel()
+    design = features.design(joint_engine.variables, joint_engine.shape)[:, kept]
+    rank = int(np.linalg.matrix_rank(np.vstack([np.ones(int(kept.sum())), design])))
+    result.n_params = rank - 1
+    result.df = int(kept.sum()) - rank
+    result.info["structural_zero_cells"] = int(zeros.sum())
+
+
 def _refuse_newton():
     raise ValueError("method='newton' does not take structural_zeros; use 'lbfgs', 'gis' or 'ipf'")
 
@@ -266,15 +280,7 @@ def _log_linear_result(fitted, features: FeatureSet, theta, empirical, engine, t
         unadjusted = int(observed.size - 1 - result.n_params)
         result.df = unadjusted
         if zeros is not None:
-            # cells fixed at zero leave the table, and the parameters they alone carried
-            # become unidentifiable: df = kept cells - rank of the design on them
-            kept = ~zeros.ravel()
-            design = features.design(joint_engine.variables, joint_engine.shape)[:, kept]
-            rank = int(np.linalg.matrix_rank(np.vstack([np.ones(int(kept.sum())), design])))
-            result.n_params = rank - 1
-            result.df = int(kept.sum()) - rank
-            result.info["df_unadjusted"] = unadjusted
-            result.info["structural_zero_cells"] = int(zeros.sum())
+            _adjust_for_structural_zeros(result, features, joint_engine, zeros)
     if not converged:
         import warnings
 
@@ -592,9 +598,15 @@ def _fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cl
         probabilities = engine.joint({s: log_potentials[s] for s in scopes})
         order_axes = [saturated.index(v) for v in model.variables]
         observed = np.transpose(tables[saturated].values, order_axes)
-        zeros = probabilities == 0 if offsets else None
+        zeros = None
+        if offsets:
+            zeros = np.zeros(engine.shape, dtype=bool)
+            for scope, table in offsets.items():
+                zeros |= np.broadcast_to(_expand_mask(table, scope, engine.variables), engine.shape)
         result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
         result.df = int(observed.size - 1 - result.n_params)
+        if zeros is not None:
+            _adjust_for_structural_zeros(result, features, engine, zeros)
     if not converged:
         import warnings
 

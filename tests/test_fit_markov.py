@@ -146,3 +146,23 @@ def test_zarr_on_cluster_equals_in_memory_table(tmp_path, client):
     again = dpgm.load(tmp_path / "mn.zarr")
     for s in scopes:
         np.testing.assert_array_equal(again.potentials[s].values, on_cluster.model.potentials[s].values)
+
+
+def test_markov_structural_zeros_match_glm_on_the_remaining_cells():
+    rng = np.random.default_rng(5)
+    variables = ["v0", "v1", "v2"]
+    table = xr.DataArray(rng.poisson(rng.gamma(2.0, 20.0, (3, 3, 3))).astype(float), dims=variables,
+                         coords={v: [f"s{k}" for k in range(3)] for v in variables})
+    mask = xr.zeros_like(table.isel(v2=0, drop=True), dtype=bool)
+    mask[0, 0] = mask[1, 2] = True
+    table = table.where(~mask.broadcast_like(table), 0.0)
+    margins = [("v0", "v1"), ("v1", "v2"), ("v0", "v2")]
+    model = dpgm.MarkovNetwork.from_cliques(margins, {v: list(table.coords[v].values) for v in variables})
+    result = dpgm.fit(model, table, method="ipf", tol=1e-12, structural_zeros=mask)
+    frame = table.to_dataframe("Freq").reset_index()
+    keep = ~mask.broadcast_like(table).to_dataframe("z").reset_index()["z"].to_numpy()
+    glm = smf.glm("Freq ~ C(v0)*C(v1) + C(v1)*C(v2) + C(v0)*C(v2)", data=frame[keep],
+                  family=sm.families.Poisson()).fit(tol=1e-13)
+    assert result.g2 == pytest.approx(glm.deviance, rel=1e-6)
+    assert result.df == glm.df_resid == 4 and result.info["df_unadjusted"] == 8
+    assert np.all(result.model.potentials[("v0", "v1")].values[mask.values] == 0.0)
