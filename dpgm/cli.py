@@ -28,6 +28,8 @@ scheduler_option = click.option(
 )
 scheduler_file_option = click.option("--scheduler-file", default=None, help="Scheduler file of a running cluster (HPC).")
 workers_option = click.option("--workers", type=int, default=None, help="Workers of the embedded cluster (default: one per core).")
+timeout_option = click.option("--connect-timeout", type=float, default=10.0, show_default=True,
+                              help="Seconds to wait for a scheduler at --scheduler.")
 
 
 class _Failure(click.ClickException):
@@ -62,10 +64,11 @@ def _errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None, quiet: bool = False):
+def _cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None, quiet: bool = False,
+             timeout: float = 10.0):
     from dpgm.cluster import connect
 
-    with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers) as client:
+    with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers, timeout=timeout) as client:
         if not quiet:
             click.echo(f"dashboard: {client.dashboard_link}", err=True)
         yield client
@@ -155,7 +158,8 @@ def info(data) -> None:
 @scheduler_option
 @scheduler_file_option
 @workers_option
-def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers) -> None:
+@timeout_option
+def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers, connect_timeout) -> None:
     """Contingency tables of each --scope of DATA, in one pass."""
     from dpgm.data import open_dataset
     from dpgm.stats import counts as run
@@ -163,7 +167,7 @@ def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers) -> No
     parsed = [tuple(s.strip() for s in scope.split(",") if s.strip()) for scope in scopes]
     with _errors():
         ds = open_dataset(data)
-        with _cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:
+        with _cluster(scheduler, scheduler_file, workers, quiet=as_json, timeout=connect_timeout) as client:
             tables = run(ds, parsed, client=client, progress=_progress() and not as_json)
     payload = {
         ",".join(scope): {

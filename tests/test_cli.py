@@ -63,7 +63,8 @@ def test_bad_input_exit_codes(tmp_path):
     line = _one_line_error(run("info", tmp_path / "none.zarr", check=False), 66)
     assert "no dataset" in line
     line = _one_line_error(
-        run("counts", tmp_path / "a.zarr", "--scope", "smoke", "--scheduler", "tcp://127.0.0.1:9", check=False), 69
+        run("counts", tmp_path / "a.zarr", "--scope", "smoke", "--scheduler", "tcp://127.0.0.1:9",
+            "--connect-timeout", "1", check=False), 69
     )
     assert "no Dask scheduler" in line
     line = _one_line_error(run("generate", "nonet", tmp_path / "b.zarr", "--rows", "10", check=False), 65)

@@ -66,7 +66,7 @@ def test_baum_welch_matches_hmmlearn_per_iteration(tmp_path, client):
 
 
 def test_restarts_keep_the_best_and_recover_parameters():
-    truth, ds, sequences = _sample(3, 2000, 30)
+    truth, ds, sequences = _sample(3, 1500, 30)
     result = dpgm.fit(dpgm.hmm(3, list("abcd")), ds, n_init=4, random_state=0, tol=1e-7, max_iter=2000)
     assert result.converged
     assert result.loglik == max(result.info["restart_logliks"])
@@ -75,7 +75,7 @@ def test_restarts_keep_the_best_and_recover_parameters():
     order = [int(np.argmin(np.abs(fitted - row).sum(axis=1))) for row in truth.emission.values]
     assert sorted(order) == [0, 1, 2]
     error = np.abs(fitted[order] - truth.emission.values).max()
-    assert error < 0.05  # 60,000 emissions: standard errors ~0.005-0.01 per entry
+    assert error < 0.05  # 45,000 emissions: standard errors ~0.005-0.012 per entry
     # the truth's own log-likelihood cannot beat the MLE
     true_loglik, _ = forward_backward_counts(sequences, *truth.arrays())
     assert result.loglik >= true_loglik - 1e-6
