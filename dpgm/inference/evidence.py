@@ -361,7 +361,7 @@ def _compile(structure: TreeStructure, variables: tuple[str, ...], cards: tuple[
             shapes = [extra_first[1], *shapes]
         # batch size unknown at compile time: compile for a representative size
         sized = [tuple(64 if (k == 0 and t[0] == batch) else d for k, d in enumerate(s)) for t, s in zip(terms, shapes, strict=True)]
-        return opt_einsum.contract_expression(",".join(terms) + "->" + output, *sized, optimize="greedy")
+        return opt_einsum.contract_expression(",".join(terms) + "->" + output, *sized, optimize="dp")
 
     for clique in range(len(structure.cliques)):
         parent = structure.parent[clique]
