@@ -237,6 +237,22 @@ def _fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, clien
                               method, history, converged, n_iter, n)
 
 
+def _goodness_of_fit(result: FitResult, features: FeatureSet, joint_engine: JointEngine,
+                     log_potentials: dict, offsets: dict, observed: xr.DataArray, saturated: Scope) -> None:
+    """G^2, X^2 and df against the saturated table (structural zeros left out)."""
+    probabilities = joint_engine.joint(log_potentials)
+    observed = np.transpose(observed.values, [saturated.index(v) for v in joint_engine.variables])
+    zeros = None
+    if offsets:
+        zeros = np.zeros(joint_engine.shape, dtype=bool)
+        for scope, table in offsets.items():
+            zeros |= np.broadcast_to(_expand_mask(table, scope, joint_engine.variables), joint_engine.shape)
+    result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
+    result.df = int(observed.size - 1 - result.n_params)
+    if zeros is not None:
+        _adjust_for_structural_zeros(result, features, joint_engine, zeros)
+
+
 def _adjust_for_structural_zeros(result: FitResult, features: FeatureSet, joint_engine: JointEngine,
                                  zeros: np.ndarray) -> None:
     """Cells fixed at zero leave the table and the parameters they alone carried become
@@ -260,7 +276,7 @@ def _log_linear_result(fitted, features: FeatureSet, theta, empirical, engine, t
     _, log_z = engine(features.log_potentials(theta), [])
     finite = np.isfinite(theta)
     loglik = n * (float(theta[finite] @ empirical[finite]) - log_z)
-    n_params = fitted.n_free_parameters() if isinstance(fitted, LogLinearModel) else fitted
+    n_params = fitted.n_free_parameters()
     result = FitResult(model=fitted, method=method, loglik=loglik, converged=converged, n_iter=n_iter,
                        n_rows=n, n_params=n_params, history=history)
     if saturated and not isinstance(engine, TreeEngine):
@@ -268,19 +284,7 @@ def _log_linear_result(fitted, features: FeatureSet, theta, empirical, engine, t
         log_potentials = features.log_potentials(theta)
         for scope, table in offsets.items():
             log_potentials[scope] = log_potentials.get(scope, 0.0) + table
-        probabilities = joint_engine.joint(log_potentials)
-        order = [saturated.index(v) for v in joint_engine.variables]
-        observed = np.transpose(tables[saturated].values, order)
-        zeros = None
-        if offsets:
-            zeros = np.zeros(joint_engine.shape, dtype=bool)
-            for scope, table in offsets.items():
-                zeros |= np.broadcast_to(_expand_mask(table, scope, joint_engine.variables), joint_engine.shape)
-        result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
-        unadjusted = int(observed.size - 1 - result.n_params)
-        result.df = unadjusted
-        if zeros is not None:
-            _adjust_for_structural_zeros(result, features, joint_engine, zeros)
+        _goodness_of_fit(result, features, joint_engine, log_potentials, offsets, tables[saturated], saturated)
     if not converged:
         import warnings
 
@@ -595,18 +599,8 @@ def _fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cl
                        converged=converged, n_iter=n_iter, n_rows=n, n_params=hierarchical.n_free_parameters(),
                        history=history)
     if saturated:
-        probabilities = engine.joint({s: log_potentials[s] for s in scopes})
-        order_axes = [saturated.index(v) for v in model.variables]
-        observed = np.transpose(tables[saturated].values, order_axes)
-        zeros = None
-        if offsets:
-            zeros = np.zeros(engine.shape, dtype=bool)
-            for scope, table in offsets.items():
-                zeros |= np.broadcast_to(_expand_mask(table, scope, engine.variables), engine.shape)
-        result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
-        result.df = int(observed.size - 1 - result.n_params)
-        if zeros is not None:
-            _adjust_for_structural_zeros(result, features, engine, zeros)
+        _goodness_of_fit(result, features, engine, {s: log_potentials[s] for s in scopes}, offsets,
+                         tables[saturated], saturated)
     if not converged:
         import warnings
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dpgm.fit.features import FeatureSet
+from dpgm.fit.result import log_iteration
 
 __all__ = ["gis"]
 
@@ -84,10 +85,8 @@ def gis(
         expected = features.expectations(marginals)
         error = float(np.abs(expected - empirical).max())
         loglik = n * (float(np.dot(np.where(zero, 0.0, effective), empirical)) - log_z)
-        record = {"iteration": step, "loglik": loglik, "max_error": error, "seconds": time.perf_counter() - start}
-        history.append(record)
-        if callback is not None:
-            callback(record)
+        log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
+                                           "seconds": time.perf_counter() - start})
         if error < tol:
             converged = True
             break

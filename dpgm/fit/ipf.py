@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from dpgm.fit.result import log_iteration
 from dpgm.fit.tables import Scope, loglik_from_potentials
 
 __all__ = ["IPFState", "ipf"]
@@ -89,15 +90,12 @@ def ipf(
             log_potentials[scope] = log_potentials[scope] + _log_ratio(targets[scope], current[scope])
         marginals, log_z = engine(log_potentials, scopes)
         error = max(float(np.abs(marginals[s] - targets[s]).max()) for s in scopes)
-        record = {
+        log_iteration(history, callback, {
             "iteration": iteration,
             "loglik": loglik_from_potentials(counts, log_potentials, log_z, n),
             "max_error": error,
             "seconds": time.perf_counter() - start,
-        }
-        history.append(record)
-        if callback is not None:
-            callback(record)
+        })
         if error < tol:
             converged = True
             break

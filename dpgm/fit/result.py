@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FitResult", "information_criteria"]
+__all__ = ["FitResult", "information_criteria", "log_iteration"]
 
 
 @dataclass
@@ -116,3 +116,11 @@ class FitResult:
 def information_criteria(loglik: float, n_params: int, n_rows: float) -> tuple[float, float]:
     """AIC and BIC."""
     return -2 * loglik + 2 * n_params, -2 * loglik + n_params * math.log(max(n_rows, 1.0))
+
+
+def log_iteration(history: list[dict], callback, record: dict) -> dict:
+    """Append an iteration's record to the history and hand it to the callback."""
+    history.append(record)
+    if callback is not None:
+        callback(record)
+    return record

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from dpgm.fit.ipf import IPFState, _log_ratio
+from dpgm.fit.result import log_iteration
 from dpgm.fit.tables import Scope, expand, loglik_from_potentials, reduce_to
 from dpgm.inference.evidence import BatchedTree
 from dpgm.inference.triangulation import build_tree
@@ -121,15 +122,12 @@ def tree_ipf(
             log_ratio = _log_ratio(targets[scope], marginal)
             hugin.beliefs[clique] = hugin.beliefs[clique] * np.exp(expand(log_ratio, scope, structure.cliques[clique]))
             log_potentials[scope] = log_potentials[scope] + log_ratio
-        record = {
+        log_iteration(history, callback, {
             "iteration": iteration,
             "loglik": loglik_from_potentials(counts, log_potentials, hugin.log_z, n),
             "max_error": error,
             "seconds": time.perf_counter() - start,
-        }
-        history.append(record)
-        if callback is not None:
-            callback(record)
+        })
         if error < tol:
             converged = True
             break
