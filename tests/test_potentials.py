@@ -1,0 +1,77 @@
+"""Factor algebra: laws checked against NumPy einsum on the same arrays (hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpgm import potentials as pt
+
+CARDS = {"a": 2, "b": 3, "c": 4, "d": 2}
+
+
+def _potential(rng, scope, log=False):
+    values = rng.gamma(1.0, 1.0, [CARDS[v] for v in scope])
+    values[rng.random(values.shape) < 0.2] = 0.0
+    return xr.DataArray(np.log(values) if log else values, dims=scope,
+                        coords={v: [f"{v}{i}" for i in range(CARDS[v])] for v in scope})
+
+
+scopes = st.lists(st.sampled_from(list(CARDS)), min_size=1, max_size=3, unique=True).map(tuple)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scopes, scopes, st.integers(0, 2**16))
+def test_product_then_marginalize_equals_einsum(first, second, seed):
+    rng = np.random.default_rng(seed)
+    f, g = _potential(rng, first), _potential(rng, second)
+    joint = pt.product(f, g)
+    dims = list(dict.fromkeys(first + second))
+    assert list(joint.dims) == dims
+    expression = f"{''.join(first)},{''.join(second)}->{''.join(dims)}"
+    np.testing.assert_allclose(joint.values, np.einsum(expression, f.values, g.values), rtol=1e-14)
+    keep = dims[:1]
+    summed = pt.marginalize(joint, dims[1:])
+    np.testing.assert_allclose(summed.values, np.einsum(f"{''.join(dims)}->{''.join(keep)}", joint.values), rtol=1e-12)
+    # log-space versions agree with the linear ones
+    with np.errstate(divide="ignore"):
+        log_joint = pt.log_product(np.log(f), np.log(g))
+        np.testing.assert_allclose(np.exp(pt.log_marginalize(log_joint, dims[1:]).values), summed.values,
+                                   rtol=1e-12, atol=1e-300)
+    # commutativity of the product
+    xr.testing.assert_allclose(pt.product(g, f).transpose(*dims), joint)
+
+
+def test_log_marginalize_is_stable_for_extreme_values():
+    values = xr.DataArray([[-1000.0, -1001.0], [-np.inf, -np.inf]], dims=["a", "b"],
+                          coords={"a": ["0", "1"], "b": ["0", "1"]})
+    out = pt.log_marginalize(values, ["b"])
+    assert out.values[0] == pytest.approx(-1000.0 + np.log1p(np.exp(-1.0)), rel=1e-15)
+    assert out.values[1] == -np.inf
+    normalized = pt.log_normalize(values)
+    assert float(np.exp(normalized).sum()) == pytest.approx(1.0, rel=1e-14)
+
+
+def test_divide_zero_over_zero_and_errors():
+    a = xr.DataArray([0.0, 2.0, 3.0], dims=["a"], coords={"a": ["x", "y", "z"]})
+    b = xr.DataArray([0.0, 4.0, 1.0], dims=["a"], coords={"a": ["x", "y", "z"]})
+    assert pt.divide(a, b).values.tolist() == [0.0, 0.5, 3.0]
+    with pytest.raises(ValueError, match="nonzero entry by zero"):
+        pt.divide(a, b.copy(data=[1.0, 0.0, 1.0]))
+    other = xr.DataArray([1.0, 1.0, 1.0], dims=["a"], coords={"a": ["x", "y", "w"]})
+    with pytest.raises(ValueError, match="variable 'a' has states"):
+        pt.product(a, other)
+
+
+def test_reduce_and_normalize():
+    rng = np.random.default_rng(1)
+    f = _potential(rng, ("a", "b"))
+    reduced = pt.reduce(f, {"b": "b2", "zzz": "ignored"})
+    np.testing.assert_array_equal(reduced.values, f.values[:, 2])
+    with pytest.raises(ValueError, match="not a state of 'b'"):
+        pt.reduce(f, {"b": "nope"})
+    f = f + 0.1
+    assert float(pt.normalize(f).sum()) == pytest.approx(1.0, rel=1e-14)
