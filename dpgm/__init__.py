@@ -10,7 +10,7 @@ from dpgm.data.convert import convert
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
-from dpgm.inference.exact import log_partition, marginal, marginals
+from dpgm.inference.exact import JunctionTree, log_partition, map_assignment, marginal, marginals
 from dpgm.io import read_bif, write_bif
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.hmm import HiddenMarkovModel, hmm
@@ -28,6 +28,7 @@ __all__ = [
     "DpgmWarning",
     "FitResult",
     "HiddenMarkovModel",
+    "JunctionTree",
     "LogLinearModel",
     "MarkovNetwork",
     "Schema",
@@ -44,6 +45,7 @@ __all__ = [
     "load",
     "load_network",
     "log_partition",
+    "map_assignment",
     "marginal",
     "marginals",
     "open_dataset",

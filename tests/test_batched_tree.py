@@ -126,3 +126,42 @@ def test_long_chain_with_extreme_potentials_stays_finite():
     assert np.isfinite(loglik)
     assert loglik == pytest.approx(log_total, rel=1e-10)
     assert all(np.isfinite(t).all() for t in counts.values())
+
+
+@settings(max_examples=30, deadline=None)
+@given(models())
+def test_map_equals_brute_force_argmax(problem):
+    """Ties are judged by probability: the returned assignment must reach the maximum."""
+    variables, cards, factors, observed, codes = problem
+    tree = BatchedTree(variables, cards, factors)
+    best = tree.map_batch(codes, observed)
+    joint = _joint(variables, cards, factors)
+    for row, assignment in zip(codes, best, strict=True):
+        index = [slice(None)] * len(variables)
+        for v, c in zip(observed, row, strict=True):
+            if c >= 0:
+                index[variables.index(v)] = slice(int(c), int(c) + 1)
+                assert assignment[variables.index(v)] == c
+        assert joint[tuple(assignment)] == pytest.approx(joint[tuple(index)].max(), rel=1e-12)
+
+
+def test_soft_evidence_equals_brute_force():
+    bn = dpgm.load_network("asia")
+    likelihood = np.array([0.8, 0.3])
+    ours = dpgm.marginals(bn, {"xray": likelihood, "smoke": "yes"})
+    letters = {v: chr(ord("a") + i) for i, v in enumerate(bn.variables)}
+    joint = np.einsum(",".join("".join(letters[d] for d in bn.cpds[v].dims) for v in bn.variables) + "->"
+                      + "".join(letters[v] for v in bn.variables), *[bn.cpds[v].values for v in bn.variables])
+    weighted = joint * likelihood.reshape([2 if v == "xray" else 1 for v in bn.variables])
+    weighted = np.take(weighted, [0], axis=bn.variables.index("smoke"))
+    for v in bn.variables:
+        if v == "smoke":
+            np.testing.assert_array_equal(ours[v].values, [1.0, 0.0])
+            continue
+        axes = tuple(i for i, u in enumerate(bn.variables) if u != v)
+        expected = weighted.sum(axis=axes).ravel()
+        np.testing.assert_allclose(ours[v].values, expected / expected.sum(), rtol=1e-12)
+    assignment = dpgm.map_assignment(bn, {"xray": "yes", "dysp": "yes"})
+    index = tuple(bn.states[v].index(assignment[v]) for v in bn.variables)
+    x, d = bn.variables.index("xray"), bn.variables.index("dysp")
+    assert joint[index] == pytest.approx(np.take(np.take(joint, [0], axis=x), [0], axis=d).max(), rel=1e-12)

@@ -181,9 +181,13 @@ class BatchedTree:
             messages.append(outward[clique])
         return messages
 
-    def _evidence(self, codes: np.ndarray, observed: Sequence[str]) -> list[np.ndarray]:
+    def _evidence(self, codes: np.ndarray, observed: Sequence[str], soft=None) -> list[np.ndarray]:
         vectors = []
         for j, v in enumerate(observed):
+            if soft is not None and v in soft:
+                likelihood = np.asarray(soft[v], dtype=float)
+                vectors.append(np.broadcast_to(likelihood, (codes.shape[0], self.cardinalities[v])))
+                continue
             card = self.cardinalities[v]
             column = codes[:, j].astype(np.int64)
             vector = np.zeros((len(column), card))
@@ -246,10 +250,21 @@ class BatchedTree:
                 loglik += float(np.dot(w[w > 0], log_scale[w > 0]))
         return loglik, {c: t for c, t in zip(self.structure.cliques, totals, strict=True)}
 
-    def posteriors(self, codes: np.ndarray, variables: Sequence[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Per row: log P(evidence) and every variable's posterior marginal ``(B, card)``."""
-        observed = tuple(variables)
+    def posteriors(
+        self, codes: np.ndarray, variables: Sequence[str], soft: Mapping[str, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Per row: log P(evidence) and every variable's posterior marginal ``(B, card)``.
+
+        ``soft`` maps variables to likelihood vectors ``(card,)`` or ``(B, card)``
+        (soft evidence), multiplied in as the evidence of those variables.
+        """
+        soft = dict(soft or {})
+        extra = [v for v in soft if v not in variables]
+        observed = (*tuple(variables), *extra)
         codes = np.asarray(codes)
+        if extra:
+            codes = np.concatenate([codes.reshape(codes.shape[0], -1), np.full((codes.shape[0], len(extra)), -1)],
+                                   axis=1)
         plan = self._plan(observed)
         n = codes.shape[0]
         log_evidence = np.zeros(n)
@@ -257,7 +272,8 @@ class BatchedTree:
         size = self._batch_size(n)
         for start in range(0, n, size):
             block = codes[start : start + size]
-            evidence = self._evidence(block, observed)
+            block_soft = {v: (np.asarray(x)[start : start + size] if np.ndim(x) == 2 else x) for v, x in soft.items()}
+            evidence = self._evidence(block, observed, block_soft)
             inward, outward, log_scale = self._calibrate(evidence, plan, len(block))
             ones = np.ones(len(block))
             stop = start + len(block)
@@ -277,6 +293,63 @@ class BatchedTree:
             log_evidence[start:stop] = log_scale
         return log_evidence, marginals
 
+    def map_batch(self, codes: np.ndarray, variables: Sequence[str]) -> np.ndarray:
+        """Most probable assignment of every variable for each evidence row (max-product).
+
+        Returns ``(B, n_variables)`` codes in :attr:`variables` order; observed
+        variables keep their observed value. Ties go to the lowest code.
+        """
+        observed = tuple(variables)
+        codes = np.asarray(codes)
+        n = codes.shape[0]
+        structure = self.structure
+        result = np.zeros((n, len(self.variables)), dtype=np.int64)
+        plan = self._plan(observed)
+        size = self._batch_size(n)
+        for start in range(0, n, size):
+            block = codes[start : start + size]
+            b = len(block)
+            evidence = self._evidence(block, observed)
+            local = []
+            for clique, scope in enumerate(structure.cliques):
+                table = np.broadcast_to(self.potentials[clique], (b, *self.potentials[clique].shape)).copy()
+                for i in plan.evidence_of[clique]:
+                    table = table * _on_axes(evidence[i], (observed[i],), scope)
+                local.append(table)
+            upward: dict[int, np.ndarray] = {}
+            for clique in structure.order:
+                parent = structure.parent[clique]
+                table = local[clique]
+                for child in self._neighbours[clique]:
+                    if child != parent:
+                        table = table * _on_axes(upward[child], _shared(structure, child, clique), structure.cliques[clique])
+                local[clique] = table
+                if parent >= 0:
+                    separator = _shared(structure, clique, parent)
+                    axes = tuple(1 + i for i, v in enumerate(structure.cliques[clique]) if v not in separator)
+                    message = table.max(axis=axes) if axes else table
+                    top = message.reshape(b, -1).max(axis=1)
+                    upward[clique] = message / np.where(top > 0, top, 1.0).reshape((b,) + (1,) * (message.ndim - 1))
+            assignment: dict[str, np.ndarray] = {}
+            rows = np.arange(b)
+            for clique in reversed(structure.order):
+                scope = structure.cliques[clique]
+                table = local[clique]
+                fixed = [v for v in scope if v in assignment]
+                index = [rows] + [assignment[v] if v in assignment else slice(None) for v in scope]
+                # advanced indices on the fixed axes, slices on the free ones
+                free = [v for v in scope if v not in assignment]
+                if fixed:
+                    table = table[tuple(index)] if len(fixed) == len(scope) else _gather(table, scope, assignment, rows)
+                flat = table.reshape(b, -1).argmax(axis=1) if free else np.zeros(b, dtype=np.int64)
+                if free:
+                    for v, values in zip(free, np.unravel_index(flat, [self.cardinalities[u] for u in free]),
+                                         strict=True):
+                        assignment[v] = values
+            for j, v in enumerate(self.variables):
+                result[start : start + b, j] = assignment[v]
+        return result
+
     def family_counts(
         self, clique_counts: Mapping[tuple[str, ...], np.ndarray], scopes: Sequence[Sequence[str]]
     ) -> dict[tuple[str, ...], np.ndarray]:
@@ -291,6 +364,28 @@ class BatchedTree:
             kept = [v for v in clique if v in scope]
             out[scope] = np.transpose(reduced, [kept.index(v) for v in scope])
         return out
+
+
+def _shared(structure: TreeStructure, a: int, b: int) -> tuple[str, ...]:
+    return tuple(v for v in structure.cliques[a] if v in structure.cliques[b])
+
+
+def _on_axes(table: np.ndarray, scope: Sequence[str], clique: Sequence[str]) -> np.ndarray:
+    """A batched table over ``scope`` reshaped to broadcast against a batched clique table."""
+    order = sorted(range(len(scope)), key=lambda i: list(clique).index(scope[i]))
+    moved = np.transpose(table, [0] + [1 + i for i in order])
+    shape = [table.shape[0]] + [1] * len(clique)
+    for i in order:
+        shape[1 + list(clique).index(scope[i])] = table.shape[1 + i]
+    return moved.reshape(shape)
+
+
+def _gather(table: np.ndarray, scope: Sequence[str], assignment: Mapping[str, np.ndarray], rows: np.ndarray):
+    """Per row, the slice of a batched clique table at the already assigned variables."""
+    free = [i for i, v in enumerate(scope) if v not in assignment]
+    fixed = [i for i, v in enumerate(scope) if v in assignment]
+    moved = np.transpose(table, [0] + [1 + i for i in fixed] + [1 + i for i in free])
+    return moved[(rows, *(assignment[scope[i]] for i in fixed))]
 
 
 def _unique_rows(codes: np.ndarray, weights: np.ndarray | None, cards: Sequence[int]):

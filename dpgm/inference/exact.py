@@ -14,7 +14,7 @@ import xarray as xr
 from dpgm.data.schema import state_index
 from dpgm.inference.evidence import BatchedTree
 
-__all__ = ["log_partition", "marginal", "marginals"]
+__all__ = ["JunctionTree", "log_partition", "map_assignment", "marginal", "marginals"]
 
 
 def _factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
@@ -29,6 +29,25 @@ def _factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     if isinstance(model, LogLinearModel):
         return [(s, np.exp(t.values)) for s, t in model.log_potentials().items()]
     raise TypeError(f"expected a BayesianNetwork, MarkovNetwork or LogLinearModel, got {type(model).__name__}")
+
+
+def _split_evidence(model: Any, evidence: Mapping[str, Any] | None) -> tuple[dict, dict]:
+    """Hard evidence (a state label) and soft evidence (a likelihood vector or DataArray over the states)."""
+    hard, soft = {}, {}
+    for variable, value in dict(evidence or {}).items():
+        if variable not in model.states:
+            raise ValueError(f"evidence on {variable!r}, which is not a model variable; variables: {list(model.variables)}")
+        if isinstance(value, str):
+            hard[variable] = value
+            continue
+        if isinstance(value, xr.DataArray):
+            value = value.sel({variable: list(model.states[variable])}).values
+        vector = np.asarray(value, dtype=float)
+        if vector.shape != (len(model.states[variable]),) or (vector < 0).any() or not np.isfinite(vector).all():
+            raise ValueError(f"soft evidence on {variable!r} must be {len(model.states[variable])} nonnegative "
+                             f"likelihoods, got {value!r}")
+        soft[variable] = vector
+    return hard, soft
 
 
 def _evidence_codes(model: Any, evidence: Mapping[str, str] | None) -> tuple[np.ndarray, list[str]]:
@@ -93,12 +112,88 @@ def marginal(model: Any, scope: Sequence[str], evidence: Mapping[str, str] | Non
                         coords={v: state_index(v, tuple(model.states[v])) for v in scope})
 
 
-def marginals(model: Any, evidence: Mapping[str, str] | None = None) -> dict[str, xr.DataArray]:
-    """Every variable's marginal (given evidence), from one calibration."""
-    codes, observed = _evidence_codes(model, evidence)
+def marginals(model: Any, evidence: Mapping[str, Any] | None = None) -> dict[str, xr.DataArray]:
+    """Every variable's marginal given evidence, from one calibration.
+
+    Evidence values are state labels (hard evidence) or likelihood vectors over the
+    variable's states (soft evidence: a list, array or DataArray).
+    """
+    hard, soft = _split_evidence(model, evidence)
+    codes, observed = _evidence_codes(model, hard)
     tree = _tree(model)
-    log_evidence, tables = tree.posteriors(codes, observed)
+    log_evidence, tables = tree.posteriors(codes, observed, soft=soft)
     if not np.isfinite(log_evidence[0]):
         raise ValueError(f"the evidence {dict(evidence or {})!r} has probability zero under the model")
     return {v: xr.DataArray(tables[v][0], dims=(v,), coords={v: state_index(v, tuple(model.states[v]))})
             for v in model.variables}
+
+
+def map_assignment(model: Any, evidence: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The most probable joint assignment (MAP / most probable explanation) given hard evidence.
+
+    Examples
+    --------
+    >>> import dpgm
+    >>> map_assignment(dpgm.load_network("asia"), {"xray": "yes", "dysp": "yes"})["either"]
+    'yes'
+    """
+    codes, observed = _evidence_codes(model, evidence)
+    tree = _tree(model)
+    if not np.isfinite(tree.expected_counts(codes, observed)[0]):
+        raise ValueError(f"the evidence {dict(evidence or {})!r} has probability zero under the model")
+    best = tree.map_batch(codes, observed)[0]
+    return {v: model.states[v][int(best[j])] for j, v in enumerate(model.variables)}
+
+
+class JunctionTree:
+    """A model compiled to a junction tree, for batches of evidence rows.
+
+    Parameters
+    ----------
+    model
+        A BayesianNetwork, MarkovNetwork or LogLinearModel.
+
+    Attributes
+    ----------
+    width, total_table_size, cliques
+        Size of the triangulation: check them before inference runs out of memory.
+
+    Examples
+    --------
+    >>> import dpgm
+    >>> tree = JunctionTree(dpgm.load_network("alarm"))
+    >>> tree.width, tree.total_table_size
+    (4, 1065)
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.tree = _tree(model)
+        self.variables = self.tree.variables
+
+    @property
+    def width(self) -> int:
+        """Largest clique size minus one."""
+        return self.tree.width
+
+    @property
+    def total_table_size(self) -> int:
+        """Cells of all clique tables."""
+        return self.tree.total_table_size
+
+    @property
+    def cliques(self) -> tuple[tuple[str, ...], ...]:
+        """The cliques."""
+        return self.tree.structure.cliques
+
+    def posteriors(self, codes: np.ndarray, variables: Sequence[str]):
+        """Per row: log P(evidence) and every variable's posterior ``(B, card)`` (codes: -1 = unobserved)."""
+        return self.tree.posteriors(codes, variables)
+
+    def expected_counts(self, codes: np.ndarray, variables: Sequence[str], weights: np.ndarray | None = None):
+        """Weighted log-likelihood and weighted sum of clique posteriors (EM's E step)."""
+        return self.tree.expected_counts(codes, variables, weights)
+
+    def map_batch(self, codes: np.ndarray, variables: Sequence[str]) -> np.ndarray:
+        """MAP assignment per row, ``(B, n_variables)`` codes."""
+        return self.tree.map_batch(codes, variables)
