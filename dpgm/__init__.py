@@ -11,7 +11,7 @@ from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
 from dpgm.inference.exact import JunctionTree, log_partition, map_assignment, marginal, marginals
-from dpgm.io import read_bif, write_bif
+from dpgm.io import read_bif, read_uai, write_bif, write_uai
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.log_linear import LogLinearModel
@@ -51,8 +51,10 @@ __all__ = [
     "open_dataset",
     "predict_proba",
     "read_bif",
+    "read_uai",
     "sample_bayesian_network",
     "to_pandas",
     "write_dataset",
     "write_bif",
+    "write_uai",
 ]
