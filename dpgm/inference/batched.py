@@ -589,6 +589,7 @@ class BatchedTree:
         variables: Sequence[str],
         weights: np.ndarray | None = None,
         *,
+        soft: Mapping[str, np.ndarray] | None = None,
         errors: str = "ignore",
     ) -> tuple[float, dict[tuple[str, ...], np.ndarray]]:
         """Weighted log-likelihood and weighted sum of clique posteriors over the rows.
@@ -601,6 +602,8 @@ class BatchedTree:
             The ``k`` observed variables (the others are latent).
         weights
             Frequency weight per row (default 1).
+        soft
+            Soft evidence: variable -> likelihoods ``(card,)`` or ``(B, card)``.
         errors
             ``"ignore"``: a row of probability zero (with positive weight) makes the
             log-likelihood ``-inf`` and adds nothing to the counts; ``"raise"``:
@@ -618,10 +621,13 @@ class BatchedTree:
             raise ValueError(f"weights must have one entry per row ({n}), got shape {weights.shape!r}")
         if (weights < 0).any() or not np.isfinite(weights).all():
             raise ValueError("weights must be finite and nonnegative")
-        patterns, pattern_weights, inverse = _unique_rows(codes, weights, [self.cardinalities[self.variables[i]]
-                                                                            for i in observed])
+        if soft:  # soft evidence may differ per row: no pattern folding
+            patterns, pattern_weights, inverse = codes, weights, np.arange(n)
+        else:
+            patterns, pattern_weights, inverse = _unique_rows(
+                codes, weights, [self.cardinalities[self.variables[i]] for i in observed])
         lay = self._layout
-        soft, soft_var, soft_offset = self._soft(None, len(patterns))
+        soft, soft_var, soft_offset = self._soft(soft, len(patterns))
         totals = np.zeros_like(self._base)
         log_evidence = np.empty(len(patterns))
         _expected_kernel(patterns, pattern_weights, observed, soft, soft_var, soft_offset, self._base,

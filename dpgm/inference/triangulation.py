@@ -1,15 +1,27 @@
 """Junction trees from factor scopes: weighted greedy elimination and a maximum spanning tree.
 
-The elimination order is greedy: at each step eliminate the variable whose
-elimination clique (the variable and its current neighbours) has the smallest
-table, breaking ties by fewest fill-in edges (min-weight, then min-fill). Table
-size, unlike fill-in count, weighs cardinalities, so it keeps the total table
-size of the tree small (Kjaerulff 1990).
+The interaction graph joins variables sharing a scope (the moral graph of a
+Bayesian network). It is triangulated by greedy elimination twice — min-weight
+(eliminate the variable whose elimination clique has the smallest table) and
+weighted min-fill (the variable whose fill-in edges have the smallest summed
+weight, the product of the endpoints' cardinalities) — and the triangulation
+with the smaller total clique table size is kept. Both weigh cardinalities,
+which plain min-fill / min-degree (networkx's treewidth heuristics) ignore, and
+neither wins on every network (Kjaerulff 1990); running both costs
+milliseconds on the shipped networks.
+
+The maximal cliques are joined by a maximum-weight spanning tree whose edge
+weight is the separator size (number of shared variables, then separator table
+size); a maximum spanning tree of the clique graph of a chordal graph
+has the running-intersection property (Jensen and Jensen 1994). Each factor is
+assigned to the smallest clique containing its scope.
 
 References
 ----------
 Kjaerulff, U. (1990). Triangulation of graphs - algorithms giving small total
 state space. Technical report R-90-09, Aalborg University.
+
+Jensen, F. V. and Jensen, F. (1994). Optimal junction trees. *Proc. UAI* 10, 360-366.
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-__all__ = ["TreeStructure", "build_tree"]
+__all__ = ["TreeStructure", "build_tree", "eliminate", "interaction_graph"]
 
 
 @dataclass(frozen=True)
@@ -68,27 +80,77 @@ class TreeStructure:
         return sum(self.table_size(c) for c in self.cliques)
 
 
-def _elimination_cliques(graph: nx.Graph, cardinalities: Mapping[str, int]) -> list[frozenset]:
+def interaction_graph(variables: Sequence[str], scopes: Sequence[Sequence[str]]) -> nx.Graph:
+    """The undirected graph joining every two variables that share a scope.
+
+    For a Bayesian network's families this is the moral graph.
+
+    Examples
+    --------
+    >>> sorted(interaction_graph(["a", "b", "c"], [("a", "b"), ("c",)]).edges)
+    [('a', 'b')]
+    """
+    graph = nx.Graph()
+    graph.add_nodes_from(variables)
+    for scope in scopes:
+        graph.add_edges_from((a, b) for i, a in enumerate(scope) for b in scope[i + 1 :])
+    return graph
+
+
+def _cost(graph: nx.Graph, v, cardinalities: Mapping[str, int], criterion: str) -> tuple:
+    neighbours = list(graph.neighbors(v))
+    weight = cardinalities[v] * math.prod(cardinalities[u] for u in neighbours)
+    fill = [(a, b) for i, a in enumerate(neighbours) for b in neighbours[i + 1 :] if not graph.has_edge(a, b)]
+    fill_weight = sum(cardinalities[a] * cardinalities[b] for a, b in fill)
+    if criterion == "min-weight":
+        return (weight, fill_weight)
+    return (fill_weight, weight)
+
+
+def eliminate(
+    graph: nx.Graph, cardinalities: Mapping[str, int], criterion: str = "min-weight"
+) -> tuple[list[str], list[frozenset]]:
+    """Greedy elimination order and the maximal cliques of the triangulated graph.
+
+    Parameters
+    ----------
+    graph
+        Interaction graph.
+    cardinalities
+        States per variable.
+    criterion
+        ``"min-weight"``: eliminate the variable whose elimination clique has the
+        smallest table (ties: smallest weighted fill); ``"weighted-min-fill"``:
+        the variable whose fill-in edges have the smallest summed weight (product
+        of the endpoints' cardinalities; ties: smallest table).
+
+    Returns
+    -------
+    (list, list)
+        The elimination order and the maximal cliques it creates.
+
+    Examples
+    --------
+    >>> cycle = interaction_graph("abcd", [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
+    >>> order, cliques = eliminate(cycle, dict.fromkeys("abcd", 2))
+    >>> sorted(len(c) for c in cliques)
+    [3, 3]
+    """
+    if criterion not in ("min-weight", "weighted-min-fill"):
+        raise ValueError(f"criterion {criterion!r} is not 'min-weight' or 'weighted-min-fill'")
     graph = graph.copy()
+    order: list[str] = []
     cliques: list[frozenset] = []
     while graph.number_of_nodes():
-        best, best_key = None, None
-        for v in graph.nodes:
-            neighbours = list(graph.neighbors(v))
-            weight = cardinalities[v] * math.prod(cardinalities[u] for u in neighbours)
-            fill = sum(
-                1 for i, a in enumerate(neighbours) for b in neighbours[i + 1 :] if not graph.has_edge(a, b)
-            )
-            key = (weight, fill)
-            if best_key is None or key < best_key:
-                best, best_key = v, key
+        best = min(graph.nodes, key=lambda v: _cost(graph, v, cardinalities, criterion))
         neighbours = list(graph.neighbors(best))
         clique = frozenset([best, *neighbours])
         if not any(clique <= c for c in cliques):
             cliques.append(clique)
         graph.add_edges_from((a, b) for i, a in enumerate(neighbours) for b in neighbours[i + 1 :])
         graph.remove_node(best)
-    return [c for c in cliques if not any(c < d for d in cliques)]
+        order.append(best)
+    return order, [c for c in cliques if not any(c < d for d in cliques)]
 
 
 def build_tree(
@@ -105,12 +167,12 @@ def build_tree(
     scopes
         Factor scopes; each is assigned to the smallest clique containing it.
     """
-    graph = nx.Graph()
-    graph.add_nodes_from(variables)
-    for scope in scopes:
-        graph.add_edges_from((a, b) for i, a in enumerate(scope) for b in scope[i + 1 :])
+    graph = interaction_graph(variables, scopes)
     position = {v: i for i, v in enumerate(variables)}
-    cliques = [tuple(sorted(c, key=position.__getitem__)) for c in _elimination_cliques(graph, cardinalities)]
+    candidates = [eliminate(graph, cardinalities, criterion)[1] for criterion in ("min-weight", "weighted-min-fill")]
+    best = min(candidates, key=lambda cs: (sum(math.prod(cardinalities[v] for v in c) for c in cs),
+                                           max(len(c) for c in cs) if cs else 0))
+    cliques = [tuple(sorted(c, key=position.__getitem__)) for c in best]
     cliques.sort(key=lambda c: (position[c[0]], len(c)))
     weights = nx.Graph()
     weights.add_nodes_from(range(len(cliques)))
