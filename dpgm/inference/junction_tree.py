@@ -129,7 +129,7 @@ class JunctionTree:
         if tuple(model.variables) != self.variables or any(
                 tuple(model.states[v]) != self.states[v] for v in self.variables):
             raise ValueError("with_model needs a model with the same variables and states; "
-                             f"expected variables {list(self.variables)}")
+                             f"expected variables {list(self.variables)}, got {list(model.variables)}")
         scopes = [s for s, _ in factors]
         if scopes != self.scopes:
             raise ValueError(f"with_model needs the same scopes in the same order: expected {self.scopes!r}, "
