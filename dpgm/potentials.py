@@ -1,9 +1,17 @@
 """Factor algebra on labelled arrays: potentials are ``xarray.DataArray``s whose dims are
 variable names and whose coords are state labels.
 
-Every operation runs with ``arithmetic_join="exact"``: two potentials whose labels for a
-shared variable differ raise ``ValueError`` naming the variable instead of aligning
-silently (xarray's default would drop or NaN-fill the mismatched states).
+Every binary operation runs under ``xr.set_options(arithmetic_join="exact")`` after
+checking that shared variables have the same labels in the same order: two
+potentials that disagree on a variable's states (labels, order or cardinality)
+raise ``ValueError`` naming the variable, instead of xarray's default silent
+alignment (which drops or NaN-fills mismatched states). Results put dims in
+order of first appearance.
+
+Log-space versions (``log_`` prefix) take and return log potentials; sums become
+log-sum-exp, stable for entries near ``-inf`` or very large. The junction-tree
+engine (:mod:`dpgm.inference`) does not use these in its inner loop: they serve
+the labelled edges (model parameters, query results, tests).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import xarray as xr
 
 __all__ = [
     "divide",
+    "log_divide",
     "log_marginalize",
     "log_normalize",
     "log_product",
@@ -28,9 +37,11 @@ __all__ = [
 def _check_compatible(potentials: Sequence[xr.DataArray]) -> None:
     labels: dict[str, tuple] = {}
     for potential in potentials:
+        if not isinstance(potential, xr.DataArray):
+            raise TypeError(f"a potential must be an xarray.DataArray, got {type(potential).__name__}")
         for dim in potential.dims:
             if dim not in potential.coords:
-                raise ValueError(f"variable {dim!r} has no state labels")
+                raise ValueError(f"variable {dim!r} has no state labels (coords); give them as coords={{{dim!r}: [...]}}")
             these = tuple(map(str, potential.coords[dim].values))
             if labels.setdefault(str(dim), these) != these:
                 raise ValueError(
@@ -38,8 +49,36 @@ def _check_compatible(potentials: Sequence[xr.DataArray]) -> None:
                 )
 
 
+def _order(potentials: Sequence[xr.DataArray]) -> list:
+    return list(dict.fromkeys(d for p in potentials for d in p.dims))
+
+
+def _check_variables(potential: xr.DataArray, variables: Iterable[str]) -> list[str]:
+    variables = [variables] if isinstance(variables, str) else list(variables)
+    unknown = [v for v in variables if v not in potential.dims]
+    if unknown:
+        raise ValueError(f"cannot sum out {unknown}: not variables of the potential; variables: {list(potential.dims)}")
+    return variables
+
+
 def product(*potentials: xr.DataArray) -> xr.DataArray:
-    """The product, aligned by variable name (dims in order of first appearance).
+    """The product of potentials, aligned by variable name.
+
+    Parameters
+    ----------
+    *potentials
+        One or more DataArrays; a variable shared by several must have the same
+        labels in each.
+
+    Returns
+    -------
+    xarray.DataArray
+        Over the union of the variables, dims in order of first appearance.
+
+    Raises
+    ------
+    ValueError
+        No potentials, or a variable whose labels differ between potentials.
 
     Examples
     --------
@@ -55,12 +94,18 @@ def product(*potentials: xr.DataArray) -> xr.DataArray:
         result = potentials[0]
         for potential in potentials[1:]:
             result = result * potential
-    order = list(dict.fromkeys(d for p in potentials for d in p.dims))
-    return result.transpose(*order)
+    return result.transpose(*_order(potentials))
 
 
 def log_product(*log_potentials: xr.DataArray) -> xr.DataArray:
-    """Product in log space: the sum of log potentials."""
+    """Product in log space: the sum of log potentials (see :func:`product`).
+
+    Examples
+    --------
+    >>> a = xr.DataArray([0.0, -np.inf], dims=["x"], coords={"x": ["0", "1"]})
+    >>> log_product(a, a).values.tolist()
+    [0.0, -inf]
+    """
     if not log_potentials:
         raise ValueError("product of no potentials")
     _check_compatible(log_potentials)
@@ -68,25 +113,37 @@ def log_product(*log_potentials: xr.DataArray) -> xr.DataArray:
         result = log_potentials[0]
         for potential in log_potentials[1:]:
             result = result + potential
-    order = list(dict.fromkeys(d for p in log_potentials for d in p.dims))
-    return result.transpose(*order)
+    return result.transpose(*_order(log_potentials))
 
 
 def marginalize(potential: xr.DataArray, variables: Iterable[str]) -> xr.DataArray:
-    """Sum out ``variables``."""
-    variables = list(variables)
-    unknown = [v for v in variables if v not in potential.dims]
-    if unknown:
-        raise ValueError(f"cannot sum out {unknown}: not in {list(potential.dims)}")
+    """Sum out ``variables``.
+
+    Raises
+    ------
+    ValueError
+        A variable the potential does not have.
+
+    Examples
+    --------
+    >>> f = xr.DataArray([[1.0, 2.0], [3.0, 4.0]], dims=["x", "y"], coords={"x": ["0", "1"], "y": ["u", "v"]})
+    >>> marginalize(f, ["y"]).values.tolist()
+    [3.0, 7.0]
+    """
+    variables = _check_variables(potential, variables)
     return potential.sum(dim=variables) if variables else potential
 
 
 def log_marginalize(log_potential: xr.DataArray, variables: Iterable[str]) -> xr.DataArray:
-    """Sum out ``variables`` in log space (log-sum-exp, stable for entries near ``-inf`` or huge)."""
-    variables = list(variables)
-    unknown = [v for v in variables if v not in log_potential.dims]
-    if unknown:
-        raise ValueError(f"cannot sum out {unknown}: not in {list(log_potential.dims)}")
+    """Sum out ``variables`` in log space (log-sum-exp; all ``-inf`` stays ``-inf``).
+
+    Examples
+    --------
+    >>> f = xr.DataArray([[-1000.0, -1000.0]], dims=["x", "y"], coords={"x": ["0"], "y": ["u", "v"]})
+    >>> round(float(log_marginalize(f, ["y"])[0]) + 1000, 12) == round(float(np.log(2)), 12)
+    True
+    """
+    variables = _check_variables(log_potential, variables)
     if not variables:
         return log_potential
     top = log_potential.max(dim=variables)
@@ -96,7 +153,22 @@ def log_marginalize(log_potential: xr.DataArray, variables: Iterable[str]) -> xr
 
 
 def reduce(potential: xr.DataArray, evidence: Mapping[str, str]) -> xr.DataArray:
-    """Condition on hard evidence: select the observed states and drop those variables."""
+    """Condition on hard evidence: select the observed states and drop those variables.
+
+    Evidence on variables the potential does not have is ignored (so one
+    evidence dict serves every factor of a model). Works for log potentials too.
+
+    Raises
+    ------
+    ValueError
+        A label that is not a state of its variable.
+
+    Examples
+    --------
+    >>> f = xr.DataArray([[1.0, 2.0], [3.0, 4.0]], dims=["x", "y"], coords={"x": ["0", "1"], "y": ["u", "v"]})
+    >>> reduce(f, {"y": "v", "z": "ignored"}).values.tolist()
+    [2.0, 4.0]
+    """
     selection = {}
     for variable, label in evidence.items():
         if variable not in potential.dims:
@@ -109,24 +181,89 @@ def reduce(potential: xr.DataArray, evidence: Mapping[str, str]) -> xr.DataArray
 
 
 def divide(numerator: xr.DataArray, denominator: xr.DataArray) -> xr.DataArray:
-    """``numerator / denominator`` with ``0 / 0 = 0`` (a nonzero over zero is an error)."""
+    """``numerator / denominator`` with ``0 / 0 = 0`` (Hugin's separator update).
+
+    Raises
+    ------
+    ValueError
+        A nonzero entry over a zero one (not a ratio of consistent potentials), or
+        mismatched labels.
+
+    Examples
+    --------
+    >>> a = xr.DataArray([0.0, 2.0], dims=["x"], coords={"x": ["0", "1"]})
+    >>> b = xr.DataArray([0.0, 4.0], dims=["x"], coords={"x": ["0", "1"]})
+    >>> divide(a, b).values.tolist()
+    [0.0, 0.5]
+    """
     _check_compatible([numerator, denominator])
     with xr.set_options(arithmetic_join="exact"):
         bad = (denominator == 0) & (numerator != 0)
         if bool(bad.any()):
             raise ValueError("division of a nonzero entry by zero")
         result = xr.where(denominator == 0, 0.0, numerator / xr.where(denominator == 0, 1.0, denominator))
-    return result.transpose(*numerator.dims, *[d for d in denominator.dims if d not in numerator.dims])
+    return result.transpose(*_order([numerator, denominator]))
+
+
+def log_divide(log_numerator: xr.DataArray, log_denominator: xr.DataArray) -> xr.DataArray:
+    """Division in log space, ``-inf - (-inf) = -inf`` (0 / 0 = 0).
+
+    Raises
+    ------
+    ValueError
+        A finite entry over ``-inf``, or mismatched labels.
+
+    Examples
+    --------
+    >>> a = xr.DataArray([-np.inf, 1.0], dims=["x"], coords={"x": ["0", "1"]})
+    >>> log_divide(a, a).values.tolist()
+    [-inf, 0.0]
+    """
+    _check_compatible([log_numerator, log_denominator])
+    with xr.set_options(arithmetic_join="exact"):
+        zero = np.isneginf(log_denominator)
+        bad = zero & ~np.isneginf(log_numerator)
+        if bool(bad.any()):
+            raise ValueError("division of a nonzero entry by zero")
+        result = xr.where(zero, -np.inf, log_numerator - xr.where(zero, 0.0, log_denominator))
+    return result.transpose(*_order([log_numerator, log_denominator]))
 
 
 def normalize(potential: xr.DataArray) -> xr.DataArray:
-    """Scale to sum 1 (an all-zero potential is an error)."""
+    """Scale to sum 1.
+
+    Raises
+    ------
+    ValueError
+        A potential that sums to zero (or is not finite).
+
+    Examples
+    --------
+    >>> normalize(xr.DataArray([1.0, 3.0], dims=["x"], coords={"x": ["0", "1"]})).values.tolist()
+    [0.25, 0.75]
+    """
     total = float(potential.sum())
-    if total <= 0:
-        raise ValueError("cannot normalize a potential that sums to zero")
+    if not total > 0 or not np.isfinite(total):
+        raise ValueError(f"cannot normalize a potential that sums to {total!r}")
     return potential / total
 
 
 def log_normalize(log_potential: xr.DataArray) -> xr.DataArray:
-    """Subtract the log-sum-exp of all entries."""
-    return log_potential - log_marginalize(log_potential, list(log_potential.dims))
+    """Subtract the log-sum-exp of all entries (the result's ``exp`` sums to 1).
+
+    Raises
+    ------
+    ValueError
+        Every entry ``-inf``.
+
+    Examples
+    --------
+    >>> f = xr.DataArray([-1000.0, -1000.0], dims=["x"], coords={"x": ["0", "1"]})
+    >>> np.exp(log_normalize(f)).values.tolist()
+    [0.5, 0.5]
+    """
+    top = float(log_potential.max())
+    if not np.isfinite(top):
+        raise ValueError(f"cannot normalize a log potential whose log-sum-exp is {top!r}")
+    shifted = log_potential - top  # subtract the max first: exact for the largest entries
+    return shifted - float(np.log(np.exp(shifted).sum()))

@@ -75,3 +75,45 @@ def test_reduce_and_normalize():
         pt.reduce(f, {"b": "nope"})
     f = f + 0.1
     assert float(pt.normalize(f).sum()) == pytest.approx(1.0, rel=1e-14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scopes, scopes, scopes, st.integers(0, 2**16))
+def test_product_is_associative_and_divide_undoes_it(first, second, third, seed):
+    """Oracle: the same laws evaluated with np.einsum on the raw arrays."""
+    rng = np.random.default_rng(seed)
+    f, g, h = _potential(rng, first), _potential(rng, second), _potential(rng, third)
+    left = pt.product(pt.product(f, g), h)
+    right = pt.product(f, pt.product(g, h))
+    xr.testing.assert_allclose(left, right.transpose(*left.dims), rtol=1e-14)
+    dims = "".join(left.dims)
+    expected = np.einsum(f"{''.join(first)},{''.join(second)},{''.join(third)}->{dims}", f.values, g.values, h.values)
+    np.testing.assert_allclose(left.values, expected, rtol=1e-14)
+    # (f * g) / g == f wherever g != 0, and 0 where g == 0 (0/0 = 0)
+    ratio = pt.divide(pt.product(f, g), g)
+    mask = (g != 0).broadcast_like(ratio).transpose(*ratio.dims)
+    expected = xr.where(mask, f.broadcast_like(ratio), 0.0).transpose(*ratio.dims)
+    np.testing.assert_allclose(ratio.values, expected.values, rtol=1e-13)
+    with np.errstate(divide="ignore"):
+        log_ratio = pt.log_divide(np.log(pt.product(f, g)), np.log(g))
+    np.testing.assert_allclose(np.exp(log_ratio.values), ratio.values, rtol=1e-12)
+
+
+def test_mismatched_cardinality_or_label_order_names_the_variable():
+    a = xr.DataArray([1.0, 2.0], dims=["b"], coords={"b": ["b0", "b1"]})
+    longer = _potential(np.random.default_rng(0), ("b",))
+    with pytest.raises(ValueError, match=r"variable 'b' has states \('b0', 'b1'\) in one potential and "
+                                         r"\('b0', 'b1', 'b2'\)"):
+        pt.product(a, longer)
+    with pytest.raises(ValueError, match="variable 'b' has states"):
+        pt.divide(a, a.copy().assign_coords(b=["b1", "b0"]))
+    with pytest.raises(TypeError, match="must be an xarray.DataArray, got ndarray"):
+        pt.product(a, np.ones(2))
+    with pytest.raises(ValueError, match=r"cannot sum out \['zz'\]: .*variables: \['b'\]"):
+        pt.marginalize(a, ["zz"])
+    with pytest.raises(ValueError, match="sums to 0.0"):
+        pt.normalize(a * 0)
+    with pytest.raises(ValueError, match="log-sum-exp is -inf"):
+        pt.log_normalize(a * -np.inf)
+    with pytest.raises(ValueError, match="nonzero entry by zero"):
+        pt.log_divide(a, a.copy(data=[0.0, -np.inf]))
