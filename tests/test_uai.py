@@ -71,3 +71,38 @@ def test_bayes_scope_lists_parents_first(tmp_path):
     with pytest.raises(ValueError, match="ends early"):
         (tmp_path / "short.uai").write_text("BAYES\n2\n2 3\n")
         dpgm.read_uai(tmp_path / "short.uai")
+
+
+def test_markov_files_agree_with_pgmpy_reader_and_writer(tmp_path):
+    """Oracle: pgmpy's independent UAI reader and writer, factor by factor.
+
+    Only MARKOV files: pgmpy 1.1.2's reader takes a BAYES table's values as
+    child-major, contrary to the format description (the child is the last
+    variable of the scope and varies fastest, see test_bayes_scope_lists_parents_first),
+    so its CPDs come out transposed.
+    """
+    from pgmpy.readwrite import UAIReader, UAIWriter
+
+    rng = np.random.default_rng(3)
+    states = {"a": ["0", "1"], "b": ["0", "1", "2"], "c": ["0", "1", "2", "3"], "d": ["0", "1"]}
+    model = dpgm.MarkovNetwork.from_cliques([("a", "b"), ("b", "c", "d"), ("d", "a"), ("c",)], states)
+    model = model.with_log_potentials({s: rng.normal(size=[len(states[v]) for v in s]) for s in model.scopes})
+    dpgm.write_uai(model, tmp_path / "ours.uai")
+    theirs = UAIReader(path=str(tmp_path / "ours.uai")).get_model()
+    names = {f"var_{i}": v for i, v in enumerate(model.variables)}
+    factors = {tuple(names[v] for v in f.scope()): f for f in theirs.get_factors()}
+    assert set(factors) == set(model.scopes)
+    for scope, factor in factors.items():
+        np.testing.assert_allclose(factor.values, model.potentials[scope].values, rtol=1e-15)
+    (tmp_path / "pgmpy.uai").write_text(str(UAIWriter(theirs)))
+    again = dpgm.read_uai(tmp_path / "pgmpy.uai", names=[names[f"var_{i}"] for i in range(len(names))])
+    assert dpgm.log_partition(again) == pytest.approx(dpgm.log_partition(model), rel=1e-6)  # pgmpy prints ~7 digits
+
+
+def test_rounded_bayes_columns_are_renormalized_and_bad_ones_refused(tmp_path):
+    (tmp_path / "rounded.uai").write_text("BAYES\n1\n3\n1\n1 0\n\n3\n0.3333333 0.3333333 0.3333333\n")
+    model = dpgm.read_uai(tmp_path / "rounded.uai")
+    np.testing.assert_allclose(model.cpds["x0"].values, [1 / 3] * 3, rtol=1e-15)
+    (tmp_path / "bad.uai").write_text("BAYES\n2\n2 2\n2\n1 0\n2 0 1\n\n2\n0.5 0.5\n4\n0.2 0.8 0.5 0.4\n")
+    with pytest.raises(ValueError, match=r"the table of 'x1' sums to 0.9 for parents \{'x0': '1'\}, not 1"):
+        dpgm.read_uai(tmp_path / "bad.uai")

@@ -24,13 +24,39 @@ from dpgm.models.markov import MarkovNetwork
 __all__ = ["read_uai", "write_uai"]
 
 
-def read_uai(path: str | os.PathLike[str], names: Sequence[str] | None = None) -> BayesianNetwork | MarkovNetwork:
+def read_uai(
+    path: str | os.PathLike[str], names: Sequence[str] | None = None, tolerance: float = 1e-5
+) -> BayesianNetwork | MarkovNetwork:
     """Read a ``BAYES`` file as a BayesianNetwork or a ``MARKOV`` file as a MarkovNetwork.
+
+    Parameters
+    ----------
+    path
+        A UAI model file.
+    names
+        Variable names, in file order (default ``x0, x1, ...``).
+    tolerance
+        In a ``BAYES`` file, a table column (one parent configuration) whose sum is
+        off by more than 1e-12 but within ``tolerance`` of 1 is renormalized exactly (published files print
+        rounded numbers, as BIF files do); farther off is an error.
+
+    Returns
+    -------
+    BayesianNetwork or MarkovNetwork
 
     Raises
     ------
     ValueError
-        An unknown network type, a truncated file, or a table of the wrong length.
+        An unknown network type, a truncated file, a table of the wrong length, or
+        a ``BAYES`` column that does not sum to 1 within ``tolerance``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, dpgm
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "asia.uai"
+    >>> dpgm.write_uai(dpgm.load_network("asia"), path)
+    >>> read_uai(path, names=dpgm.load_network("asia").variables).cpds["lung"].dims
+    ('lung', 'smoke')
     """
     tokens = Path(path).read_text().split()
     position = 0
@@ -71,12 +97,40 @@ def read_uai(path: str | os.PathLike[str], names: Sequence[str] | None = None) -
     for scope, table in zip(scopes, tables, strict=True):
         child, parents = scope[-1], scope[:-1]
         dims = [child, *parents]
-        cpds[child] = xr.DataArray(np.moveaxis(table, -1, 0), dims=dims, coords={v: coords[v] for v in dims})
+        values = np.moveaxis(table, -1, 0)
+        sums = values.sum(axis=0)
+        off = np.abs(sums - 1.0)
+        if (off > tolerance).any():
+            worst = np.unravel_index(int(np.argmax(off)), off.shape) if off.ndim else ()
+            configuration = {p: states[p][int(k)] for p, k in zip(parents, worst, strict=True)}
+            raise ValueError(f"{os.fspath(path)!r}: the table of {child!r} sums to {float(sums[worst])!r} "
+                             f"for parents {configuration!r}, not 1 within {tolerance!r}")
+        if (off > 1e-12).any():  # as read_bif: leave columns that are 1 up to rounding untouched
+            values = values / np.where(off > 1e-12, sums, 1.0)
+        cpds[child] = xr.DataArray(values, dims=dims, coords={v: coords[v] for v in dims})
     return BayesianNetwork(cpds)
 
 
 def write_uai(model: Any, path: str | os.PathLike[str]) -> None:
-    """Write a BayesianNetwork (``BAYES``) or MarkovNetwork (``MARKOV``); values with 17 significant digits."""
+    """Write a BayesianNetwork (``BAYES``) or MarkovNetwork (``MARKOV``).
+
+    Values are printed with 17 significant digits, so :func:`read_uai` reads the
+    same doubles back. Variable names and state labels are not part of the
+    format: keep ``model.variables`` to pass as ``names`` when reading.
+
+    Raises
+    ------
+    TypeError
+        Any other kind of model.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, dpgm
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "cancer.uai"
+    >>> write_uai(dpgm.load_network("cancer"), path)
+    >>> path.read_text().split()[:2]
+    ['BAYES', '5']
+    """
     if isinstance(model, BayesianNetwork):
         kind = "BAYES"
         tables = [((*model.parents(v), v), np.moveaxis(model.cpds[v].values, 0, -1)) for v in model.variables]
@@ -84,7 +138,7 @@ def write_uai(model: Any, path: str | os.PathLike[str]) -> None:
         kind = "MARKOV"
         tables = [(s, model.potentials[s].values) for s in model.scopes]
     else:
-        raise TypeError(f"cannot write a {type(model).__name__} as UAI")
+        raise TypeError(f"cannot write a {type(model).__name__} as UAI; expected a BayesianNetwork or MarkovNetwork")
     index = {v: i for i, v in enumerate(model.variables)}
     lines = [kind, str(len(model.variables)), " ".join(str(len(model.states[v])) for v in model.variables),
              str(len(tables))]
