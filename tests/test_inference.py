@@ -240,3 +240,9 @@ def test_tiny_scaled_potentials_do_not_underflow():
     shift = len(model.potentials) * math.log(1e-300)
     assert dpgm.log_partition(scaled) == pytest.approx(dpgm.log_partition(model) + shift, rel=1e-12)
     assert len(interaction_graph(variables, list(model.potentials)).edges) == 29
+
+
+def test_a_tree_too_big_is_refused_before_allocation():
+    with pytest.raises(ValueError, match=r"needs 3,657,180 cells \(width 10, largest clique .* more than "
+                                         r"max_table_size=1000000"):
+        JunctionTree(dpgm.load_network("water"), max_table_size=10**6)

@@ -28,6 +28,7 @@ import xarray as xr
 
 from dpgm.data.schema import state_index
 from dpgm.inference.batched import BatchedTree, ImpossibleEvidenceError
+from dpgm.inference.triangulation import build_tree
 
 __all__ = ["JunctionTree", "model_factors"]
 
@@ -67,6 +68,10 @@ class JunctionTree:
     extra_scopes
         Additional scopes the tree must hold in one clique (e.g. a query scope
         no factor covers); they get all-ones factors.
+    max_table_size
+        Refuse (``ValueError``, before allocating anything) a triangulation whose
+        clique tables hold more cells than this in total (default 2**27 cells,
+        1 GiB of float64).
 
     Attributes
     ----------
@@ -99,7 +104,7 @@ class JunctionTree:
     (2, 2)
     """
 
-    def __init__(self, model: Any, extra_scopes: Sequence[Sequence[str]] = ()):
+    def __init__(self, model: Any, extra_scopes: Sequence[Sequence[str]] = (), *, max_table_size: int = 2**27):
         factors = model_factors(model)
         self.model = model
         self.variables: tuple[str, ...] = tuple(model.variables)
@@ -110,8 +115,17 @@ class JunctionTree:
             scope = _check_scope(self, scope)
             extra.append((scope, np.ones([len(self.states[v]) for v in scope])))
         self._extra = extra
+        self._max_table_size = max_table_size
         cards = {v: len(self.states[v]) for v in self.variables}
-        self.tree = BatchedTree(self.variables, cards, [*factors, *extra])
+        everything = [*factors, *extra]
+        structure = build_tree(self.variables, cards, [s for s, _ in everything])
+        if structure.total_table_size > max_table_size:
+            largest = max(structure.cliques, key=structure.table_size)
+            raise ValueError(
+                f"the junction tree needs {structure.total_table_size:,} cells (width {structure.width}, largest "
+                f"clique {largest!r} with {structure.table_size(largest):,} cells), more than "
+                f"max_table_size={max_table_size!r}")
+        self.tree = BatchedTree(self.variables, cards, everything, structure)
 
     # -- structure ---------------------------------------------------------------------
 
@@ -135,8 +149,8 @@ class JunctionTree:
             raise ValueError(f"with_model needs the same scopes in the same order: expected {self.scopes!r}, "
                              f"got {scopes!r}")
         new = object.__new__(JunctionTree)
-        new.model, new.variables, new.states, new.scopes, new._extra = (
-            model, self.variables, self.states, self.scopes, self._extra)
+        new.model, new.variables, new.states, new.scopes, new._extra, new._max_table_size = (
+            model, self.variables, self.states, self.scopes, self._extra, self._max_table_size)
         new.tree = self.tree.with_factors([*factors, *self._extra])
         return new
 
@@ -310,7 +324,8 @@ class JunctionTree:
         scope = _check_scope(self, scope)
         holders = [c for c in self.cliques if set(scope) <= set(c)]
         if not holders:
-            return JunctionTree(self.model, [*[s for s, _ in self._extra], scope]).marginal(scope, evidence)
+            return JunctionTree(self.model, [*[s for s, _ in self._extra], scope],
+                                max_table_size=self._max_table_size).marginal(scope, evidence)
         clique = min(holders, key=self.tree.structure.table_size)
         codes, observed, soft = self._evidence(evidence)
         loglik, counts = self.tree.expected_counts(codes, observed, soft=soft)
