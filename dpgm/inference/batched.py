@@ -504,8 +504,15 @@ class BatchedTree:
         # rows per kernel block: the cells x rows working table stays within ~4 MB (measured best on
         # alarm, hailfinder and insurance; 1 MB blocks were up to 2x slower)
         self._block = int(min(256, max(1, (1 << 19) // max(1, int(self._layout["clique_offset"][-1])))))
+        self._tables = tables
         self._base, self._base_log = _clique_tables(self.structure, self.variables, self.cardinalities,
                                                     self.scopes, tables)
+
+    def __reduce__(self):
+        # ship the factor tables and the structure, not the flat clique tables and index maps:
+        # those are rebuilt on arrival (water: ~0.1 MB pickled instead of 114 MB, ~0.3 s to rebuild)
+        return (type(self), (self.variables, self.cardinalities, list(zip(self.scopes, self._tables, strict=True)),
+                             self.structure, self.max_batch_cells))
 
     def with_factors(self, factors: Sequence[tuple[Sequence[str], np.ndarray]]) -> BatchedTree:
         """The same tree with new tables for the same scopes (no re-triangulation, no recompilation)."""
