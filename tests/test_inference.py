@@ -246,3 +246,14 @@ def test_a_tree_too_big_is_refused_before_allocation():
     with pytest.raises(ValueError, match=r"needs 3,657,180 cells \(width 10, largest clique .* more than "
                                          r"max_table_size=1000000"):
         JunctionTree(dpgm.load_network("water"), max_table_size=10**6)
+
+
+@pytest.mark.parametrize("module", ["dpgm.potentials", "dpgm.testing", "dpgm.io.uai", "dpgm.inference.batched",
+                                    "dpgm.inference.junction_tree", "dpgm.inference.queries",
+                                    "dpgm.inference.triangulation"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), extraglobs={"np": np, "xr": xr})
+    assert result.failed == 0 and result.attempted > 0

@@ -138,6 +138,15 @@ class JunctionTree:
         ------
         ValueError
             If ``model`` has different variables, states or scopes.
+
+        Examples
+        --------
+        >>> import dpgm
+        >>> alarm = dpgm.load_network("alarm")
+        >>> tree = JunctionTree(alarm)
+        >>> new = tree.with_model(alarm.randomized(np.random.default_rng(0)))
+        >>> new.cliques == tree.cliques
+        True
         """
         factors = model_factors(model)
         if tuple(model.variables) != self.variables or any(
@@ -236,6 +245,14 @@ class JunctionTree:
         """:meth:`expected_counts` reduced to the model's scopes: what the M step needs.
 
         Clique sums are a monoid (add them across chunks), and so are these.
+
+        Examples
+        --------
+        >>> import dpgm
+        >>> tree = JunctionTree(dpgm.load_network("asia"))
+        >>> loglik, families = tree.expected_family_counts(np.array([[0, -1], [1, 1]]), ["xray", "dysp"])
+        >>> families[("either", "lung", "tub")].shape, round(float(families[("asia",)].sum()), 12)
+        ((2, 2, 2), 2.0)
         """
         loglik, cliques = self.expected_counts(codes, variables, weights, errors=errors)
         return loglik, self.family_counts(cliques)
@@ -250,6 +267,14 @@ class JunctionTree:
         likelihoods ``(card,)`` or ``(B, card)``. A row of probability zero gets
         ``-inf`` and NaN posteriors with ``errors="ignore"``, or
         :class:`~dpgm.inference.ImpossibleEvidenceError` with ``errors="raise"``.
+
+        Examples
+        --------
+        >>> import dpgm
+        >>> tree = JunctionTree(dpgm.load_network("asia"))
+        >>> log_evidence, post = tree.posteriors(np.array([[0], [1]]), ["xray"], targets=["lung"])
+        >>> post["lung"].shape, bool(post["lung"][0, 0] > post["lung"][1, 0])
+        ((2, 2), True)
         """
         _check_errors(errors)
         log_evidence, tables = self.tree.posteriors(codes, variables, soft=soft, targets=targets)
@@ -266,6 +291,14 @@ class JunctionTree:
         Columns follow :attr:`variables`; rows of probability zero are all ``-1``.
         With ``return_log_value`` also the log of the model's unnormalized value at
         each assignment ``(B,)`` (``log P(x*)`` for a BayesianNetwork).
+
+        Examples
+        --------
+        >>> import dpgm
+        >>> tree = JunctionTree(dpgm.load_network("asia"))
+        >>> best = tree.map_batch(np.array([[0, 0], [-1, -1]]), ["xray", "dysp"])
+        >>> best.shape, int(best[0, tree.variables.index("xray")])
+        ((2, 8), 0)
         """
         return self.tree.map_batch(codes, variables, soft=soft, return_log_value=return_log_value)
 

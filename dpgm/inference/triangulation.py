@@ -177,6 +177,16 @@ def build_tree(
         States per variable.
     scopes
         Factor scopes; each is assigned to the smallest clique containing it.
+
+    Returns
+    -------
+    TreeStructure
+
+    Examples
+    --------
+    >>> tree = build_tree("abcd", dict.fromkeys("abcd", 2), [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
+    >>> tree.width, tree.total_table_size, len(tree.cliques)
+    (2, 16, 2)
     """
     graph = interaction_graph(variables, scopes)
     position = {v: i for i, v in enumerate(variables)}
