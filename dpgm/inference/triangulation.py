@@ -11,7 +11,10 @@ greedy criterion wins on every network (Kjaerulff 1990): on the shipped ones
 weighted min-fill gives the smallest tree for alarm (1020 cells vs 1065 by
 min-weight) and hailfinder, min-fill for insurance (46872 vs 58680), and
 min-weight is worst on water (8.0e6 vs 3.7e6). Running all four costs at most
-~0.1 s on the shipped networks.
+~0.1 s on the shipped networks. When the best of them still has more than
+20,000 cells, 24 randomized greedy runs (random choice among near-best
+variables, fixed seed) are tried too: insurance drops to 24,552 cells, water to
+3.36e6.
 
 The maximal cliques are joined by a maximum-weight spanning tree whose edge
 weight is the separator size (number of shared variables, then separator table
@@ -30,6 +33,7 @@ Jensen, F. V. and Jensen, F. (1994). Optimal junction trees. *Proc. UAI* 10, 360
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -118,7 +122,12 @@ def _cost(graph: nx.Graph, v, cardinalities: Mapping[str, int], criterion: str) 
 
 
 def eliminate(
-    graph: nx.Graph, cardinalities: Mapping[str, int], criterion: str = "min-weight"
+    graph: nx.Graph,
+    cardinalities: Mapping[str, int],
+    criterion: str = "min-weight",
+    *,
+    random_state: random.Random | None = None,
+    tolerance: float = 0.0,
 ) -> tuple[list[str], list[frozenset]]:
     """Greedy elimination order and the maximal cliques of the triangulated graph.
 
@@ -134,6 +143,12 @@ def eliminate(
         the variable whose fill-in edges have the smallest summed weight (product
         of the endpoints' cardinalities; ties: smallest table); ``"min-fill"`` and
         ``"min-degree"``: the classic unweighted criteria, ties by smallest table.
+    random_state
+        With a ``random.Random``, each step picks at random among the variables
+        whose primary cost is within ``(1 + tolerance)`` of the best (randomized
+        greedy restarts); without, the best (first in graph order on ties).
+    tolerance
+        Relative slack of the randomized choice.
 
     Returns
     -------
@@ -153,7 +168,12 @@ def eliminate(
     order: list[str] = []
     cliques: list[frozenset] = []
     while graph.number_of_nodes():
-        best = min(graph.nodes, key=lambda v: _cost(graph, v, cardinalities, criterion))
+        if random_state is None:
+            best = min(graph.nodes, key=lambda v: _cost(graph, v, cardinalities, criterion))
+        else:
+            costs = {v: _cost(graph, v, cardinalities, criterion)[0] for v in graph.nodes}
+            bound = min(costs.values()) * (1 + tolerance)
+            best = random_state.choice([v for v, c in costs.items() if c <= bound])
         neighbours = list(graph.neighbors(best))
         clique = frozenset([best, *neighbours])
         if not any(clique <= c for c in cliques):
@@ -165,7 +185,11 @@ def eliminate(
 
 
 def build_tree(
-    variables: Sequence[str], cardinalities: Mapping[str, int], scopes: Sequence[Sequence[str]]
+    variables: Sequence[str],
+    cardinalities: Mapping[str, int],
+    scopes: Sequence[Sequence[str]],
+    *,
+    restarts: int | None = None,
 ) -> TreeStructure:
     """A junction tree whose cliques cover every scope.
 
@@ -177,6 +201,11 @@ def build_tree(
         States per variable.
     scopes
         Factor scopes; each is assigned to the smallest clique containing it.
+    restarts
+        Randomized greedy runs (fixed seed: the result is deterministic) tried
+        after the four deterministic criteria. Default: none when the best
+        deterministic tree has at most 20,000 cells, else 24 (insurance: 24,552
+        cells instead of 46,872; water: 3.36e6 instead of 3.66e6; ~1 s).
 
     Returns
     -------
@@ -190,9 +219,18 @@ def build_tree(
     """
     graph = interaction_graph(variables, scopes)
     position = {v: i for i, v in enumerate(variables)}
-    candidates = [eliminate(graph, cardinalities, criterion)[1] for criterion in CRITERIA]
-    best = min(candidates, key=lambda cs: (sum(math.prod(cardinalities[v] for v in c) for c in cs),
-                                           max(len(c) for c in cs) if cs else 0))
+    def cost(cs):
+        return (sum(math.prod(cardinalities[v] for v in c) for c in cs), max(len(c) for c in cs) if cs else 0)
+
+    best = min((eliminate(graph, cardinalities, criterion)[1] for criterion in CRITERIA), key=cost)
+    if restarts is None:
+        restarts = 0 if cost(best)[0] <= 20_000 else 24
+    rng = random.Random(0)
+    for run in range(restarts):
+        criterion = CRITERIA[run % len(CRITERIA)]
+        tolerance = (0.0, 0.5, 1.0)[(run // len(CRITERIA)) % 3]
+        best = min(best, eliminate(graph, cardinalities, criterion, random_state=rng, tolerance=tolerance)[1],
+                   key=cost)
     cliques = [tuple(sorted(c, key=position.__getitem__)) for c in best]
     cliques.sort(key=lambda c: (position[c[0]], len(c)))
     weights = nx.Graph()
