@@ -10,7 +10,14 @@ from dpgm.data.convert import convert
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.fit.result import FitResult
-from dpgm.inference.exact import JunctionTree, log_partition, map_assignment, marginal, marginals
+from dpgm.inference import (
+    ImpossibleEvidenceError,
+    JunctionTree,
+    log_partition,
+    map_assignment,
+    marginal,
+    marginals,
+)
 from dpgm.io import read_bif, read_uai, write_bif, write_uai
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.hmm import HiddenMarkovModel, hmm
@@ -28,6 +35,7 @@ __all__ = [
     "DpgmWarning",
     "FitResult",
     "HiddenMarkovModel",
+    "ImpossibleEvidenceError",
     "JunctionTree",
     "LogLinearModel",
     "MarkovNetwork",
