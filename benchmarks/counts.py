@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 import dpgm  # noqa: E402
-from dpgm.data.io import zarr_columns  # noqa: E402
+from dpgm.data.columns import zarr_columns  # noqa: E402
 from dpgm.stats.counts import maximal_scopes  # noqa: E402
 from dpgm.stats.engine import map_reduce  # noqa: E402
 from dpgm.stats.kernels import CountPlan, _check_codes, count_chunk, count_chunk_numpy  # noqa: E402
@@ -80,7 +80,7 @@ def store_path(n_rows: int, chunk_rows: int) -> Path:
 def store(model: dpgm.BayesianNetwork, n_rows: int, chunk_rows: int, client=None) -> Path:
     """A generated Zarr store under /tmp, reused when its parameters match."""
     params = {"network": f"chain{N_VARS}-seed{NET_SEED}", "rows": int(n_rows), "seed": DATA_SEED,
-              "chunk_rows": int(chunk_rows)}
+              "chunk_rows": int(chunk_rows), "codec": "blosc-lz4-bitshuffle"}
     path = store_path(n_rows, chunk_rows)
     done = path / ".done"
     if done.exists() and json.loads(done.read_text()).get("params") == params:

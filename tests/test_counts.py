@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from data_helpers import pandas_counts, random_frame
@@ -156,3 +157,29 @@ def test_task_keys_carry_readable_prefixes_on_the_cluster(tmp_path, client):
     assert {"dpgm-counts-map", "dpgm-counts-combine"} <= prefixes
     maps = [t for t in stream.data if key_split(t["key"]) == "dpgm-counts-map"]
     assert len(maps) == 10
+
+
+def test_merged_chain_scopes_equal_pandas_crosstabs_with_missing_values(tmp_path):
+    """A chain of pairs is counted as merged triples; every pair and single equals pandas."""
+    from dpgm.stats.counts import merge_scopes
+
+    rng = np.random.default_rng(11)
+    n, names = 5_000, [f"x{i}" for i in range(7)]
+    frame = pd.DataFrame({v: rng.integers(0, 2 + i % 3, n) for i, v in enumerate(names)}).astype(float)
+    for v in names:
+        frame.loc[rng.random(n) < 0.1, v] = np.nan
+    cat = frame.astype("Int64").astype("category")
+    ds = dpgm.from_pandas(cat)
+    dpgm.write_dataset(ds, tmp_path / "c.zarr", chunk_rows=1_234)
+    pairs = [(names[i], names[i + 1]) for i in range(6)]
+    scopes = pairs + [(v,) for v in names]
+    merged = merge_scopes(pairs, {v: 4 for v in names})
+    assert len(merged) < len(pairs) and all(len(s) <= 3 for s in merged)
+    assert all(any(set(p) <= set(m) for m in merged) for p in pairs)
+    tables = dpgm.counts(dpgm.open_dataset(tmp_path / "c.zarr"), scopes)
+    for a, b in pairs:
+        expected = pd.crosstab(cat[a], cat[b]).to_numpy()
+        np.testing.assert_array_equal(tables[(a, b)].values, expected)
+        assert tables.n_missing[(a, b)] == int((cat[a].isna() | cat[b].isna()).sum())
+    for v in names:
+        np.testing.assert_array_equal(tables[(v,)].values, cat[v].value_counts(sort=False).sort_index().to_numpy())

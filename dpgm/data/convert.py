@@ -21,7 +21,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from dpgm.data.io import _quiet_zarr
+from dpgm.data.io import _quiet_zarr, column_encoding
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, state_attrs
 from dpgm.errors import DataError
 
@@ -162,14 +162,7 @@ def convert(
                 data_vars[column.name] = xr.Variable(ROW, values)
             chunk = xr.Dataset(data_vars)
             if index == 0:
-                encoding = {
-                    n: (
-                        {"_FillValue": None, "fill_value": -1, "chunks": (chunk_rows,)}
-                        if v.dtype.kind == "i"
-                        else {"_FillValue": None, "fill_value": np.nan, "chunks": (chunk_rows,)}
-                    )
-                    for n, v in data_vars.items()
-                }
+                encoding = {n: column_encoding(v.dtype, (chunk_rows,), weight=n == WEIGHT) for n, v in data_vars.items()}
                 chunk.to_zarr(target, mode=mode, zarr_format=3, consolidated=False, encoding=encoding,
                               storage_options=storage_options)
             else:

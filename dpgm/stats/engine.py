@@ -97,7 +97,7 @@ def map_reduce(
     arrays
         Column name -> array with ``row`` as first axis; dask arrays (sharing their
         row chunks, single chunk along other axes) or NumPy arrays; or
-        :class:`dpgm.data.io.ZarrColumns`, whose chunk tasks read the store themselves.
+        :class:`dpgm.data.columns.ZarrColumns`, whose chunk tasks read the store themselves.
     kernel
         ``kernel(chunk_index, {name: block}, shared) -> partial``.
     name
@@ -116,7 +116,7 @@ def map_reduce(
         A lazy total (compute it once, see :func:`dpgm.cluster.compute`) when any
         array is a dask array, else the total itself.
     """
-    from dpgm.data.io import ZarrColumns
+    from dpgm.data.columns import ZarrColumns
 
     if isinstance(arrays, ZarrColumns):
         token = tokenize(name, arrays.store.token, arrays.variables, arrays.starts, shared, split_every, kernel)

@@ -15,7 +15,8 @@ import numpy as np
 import xarray as xr
 
 from dpgm.cluster import compute
-from dpgm.data.io import _check_weights, zarr_columns
+from dpgm.data.columns import zarr_columns
+from dpgm.data.io import _check_weights
 from dpgm.data.schema import WEIGHT, Schema
 from dpgm.stats.engine import map_reduce
 

@@ -10,7 +10,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from dpgm.data.io import ZarrColumns, zarr_columns
+from dpgm.data.columns import ZarrColumns, zarr_columns
 from dpgm.data.schema import Schema
 
 __all__ = ["posterior_map"]

@@ -1,0 +1,235 @@
+"""Chunk tasks that read their own columns from a Zarr store.
+
+A pass over an opened dataset does not need one Dask task per column and chunk:
+each chunk task reads the columns it needs itself (:class:`ZarrColumns`), so
+every chunk's columns stay on one worker and the graph has one task per chunk.
+
+Reading is the larger part of a counting pass. For the layout dpgm writes
+(local store, regular 1-D chunks, ``bytes`` followed by one ``blosc`` or ``zstd``
+codec, no sharding) a chunk is read by opening its file and decompressing
+straight into the output array (:class:`DirectColumn`): about twice as fast per
+core as Zarr's general codec pipeline on 20 int8 columns, which schedules every
+chunk through its event loop and thread pool and copies the decoded buffer.
+Anything else (fsspec URLs, other codecs, slices not aligned with Zarr chunks)
+goes through Zarr itself. Both paths read the same bytes; the tests compare them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["DirectColumn", "ZarrColumns", "ZarrStore", "zarr_columns"]
+
+
+@dataclass(frozen=True)
+class ZarrStore:
+    """Where an opened dataset's columns live, so a chunk task can read them itself.
+
+    ``names`` records each variable's dask array name at open time: a variable
+    whose array is still that one has not been sliced or transformed since.
+    """
+
+    path: str
+    storage_options: dict[str, Any] | None
+    names: dict[str, str]
+    token: str
+
+    def __hash__(self) -> int:
+        return hash(self.token)
+
+
+@dataclass(frozen=True)
+class DirectColumn:
+    """One column of a local Zarr v3 array whose chunks are decompressed in place.
+
+    Attributes
+    ----------
+    directory
+        The array's directory.
+    length
+        Rows in the array.
+    chunk_rows
+        Rows per Zarr chunk.
+    dtype
+        The stored dtype.
+    fill_value
+        What an unwritten chunk reads as.
+    codec
+        ``"blosc"``, ``"zstd"`` or ``"raw"`` (no compression).
+    separator
+        The chunk key separator (``"/"`` gives ``c/3``, ``"."`` gives ``c.3``).
+    """
+
+    directory: str
+    length: int
+    chunk_rows: int
+    dtype: np.dtype
+    fill_value: Any
+    codec: str
+    separator: str
+
+    def aligned(self, start: int, stop: int) -> bool:
+        """Whether rows ``[start, stop)`` are whole Zarr chunks (the last may end the array)."""
+        return start % self.chunk_rows == 0 and (stop % self.chunk_rows == 0 or stop == self.length) and stop <= self.length
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)``, which must satisfy :meth:`aligned`."""
+        out = np.empty(stop - start, dtype=self.dtype)
+        for k in range(start // self.chunk_rows, -(-stop // self.chunk_rows)):
+            lo = k * self.chunk_rows - start
+            hi = min(lo + self.chunk_rows, stop - start)
+            if hi - lo == self.chunk_rows:
+                self._decode(k, out[lo:hi])
+            else:  # the array's last chunk is stored padded to the full chunk length
+                full = np.empty(self.chunk_rows, dtype=self.dtype)
+                self._decode(k, full)
+                out[lo:hi] = full[: hi - lo]
+        return out
+
+    def _decode(self, k: int, out: np.ndarray) -> None:
+        path = os.path.join(self.directory, "c" + self.separator + str(k))
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            out[:] = self.fill_value
+            return
+        if self.codec == "blosc":
+            from numcodecs import blosc
+
+            blosc.decompress(data, out)
+        elif self.codec == "zstd":
+            from numcodecs import Zstd
+
+            Zstd().decode(data, out=out)
+        else:
+            out[:] = np.frombuffer(data, dtype=self.dtype)
+
+
+def direct_column(array: Any, directory: str) -> DirectColumn | None:
+    """A :class:`DirectColumn` for a Zarr v3 array in ``directory`` if its layout allows, else None."""
+    from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+    from zarr.core.chunk_grids import RegularChunkGrid
+    from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
+
+    metadata = array.metadata
+    if getattr(metadata, "zarr_format", None) != 3 or len(metadata.shape) != 1:
+        return None
+    if not isinstance(metadata.chunk_grid, RegularChunkGrid):
+        return None
+    if not isinstance(metadata.chunk_key_encoding, DefaultChunkKeyEncoding):
+        return None
+    codecs = metadata.codecs
+    if not codecs or not isinstance(codecs[0], BytesCodec):
+        return None
+    dtype = np.dtype(metadata.dtype.to_native_dtype())
+    endian = codecs[0].endian
+    if dtype.itemsize > 1 and endian is not None and getattr(endian, "value", endian) != sys.byteorder:
+        return None
+    if len(codecs) == 1:
+        codec = "raw"
+    elif len(codecs) == 2 and isinstance(codecs[1], BloscCodec):
+        codec = "blosc"
+    elif len(codecs) == 2 and isinstance(codecs[1], ZstdCodec) and not codecs[1].checksum:
+        codec = "zstd"
+    else:
+        return None
+    return DirectColumn(
+        directory=directory,
+        length=int(metadata.shape[0]),
+        chunk_rows=int(metadata.chunk_grid.chunk_shape[0]),
+        dtype=dtype,
+        fill_value=np.asarray(metadata.fill_value, dtype=dtype).item(),
+        codec=codec,
+        separator=metadata.chunk_key_encoding.separator,
+    )
+
+
+@dataclass(frozen=True)
+class ZarrColumns:
+    """Columns of a Zarr store read by each chunk task directly (no separate read tasks).
+
+    Reading in the task that uses the data keeps every chunk's columns on one
+    worker (no transfers between workers) and skips one task per column and chunk.
+    """
+
+    store: ZarrStore
+    variables: tuple[str, ...]
+    starts: tuple[int, ...]
+
+    @property
+    def n_chunks(self) -> int:
+        """Number of row chunks."""
+        return len(self.starts) - 1
+
+    def read(self, chunk: int, *, direct: bool = True) -> dict[str, np.ndarray]:
+        """The columns of one chunk: decompressed in place where the layout allows, else through Zarr."""
+        import asyncio
+
+        from zarr.core.sync import sync
+
+        arrays, columns = _open_arrays(self.store, self.variables)
+        start, stop = self.starts[chunk], self.starts[chunk + 1]
+        out: dict[str, np.ndarray] = {}
+        rest = []
+        for v, array, column in zip(self.variables, arrays, columns, strict=True):
+            if direct and column is not None and column.aligned(start, stop):
+                out[v] = column.read(start, stop)
+            else:
+                rest.append((v, array))
+        if rest:
+
+            async def fetch():
+                return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a in rest))
+
+            out.update(zip((v for v, _ in rest), sync(fetch()), strict=True))
+        return {v: out[v] for v in self.variables}
+
+
+def _local_path(path: str) -> str | None:
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    return None if "://" in path else path
+
+
+@lru_cache(maxsize=16)
+def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None]]:
+    import zarr.api.asynchronous as zarr_async
+    from zarr.core.sync import sync
+
+    async def open_all():
+        group = await zarr_async.open_group(store.path, mode="r", storage_options=store.storage_options)
+        return [await group.getitem(v) for v in variables]
+
+    arrays = sync(open_all())
+    root = _local_path(store.path)
+    columns = [None if root is None else direct_column(a, os.path.join(root, v)) for v, a in zip(variables, arrays, strict=True)]
+    return arrays, columns
+
+
+def zarr_columns(ds: xr.Dataset, variables: Sequence[str]) -> ZarrColumns | None:
+    """Direct chunk reads for ``variables`` if they are untouched columns of the store ``ds`` was opened from."""
+    store = ds.encoding.get("dpgm_store")
+    if not isinstance(store, ZarrStore):
+        return None
+    chunks = None
+    for v in variables:
+        data = ds.variables[v].data
+        if getattr(data, "name", None) != store.names.get(v):
+            return None
+        if chunks is None:
+            chunks = data.chunks[0]
+        elif data.chunks[0] != chunks:
+            return None
+    if chunks is None:
+        return None
+    starts = tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
+    return ZarrColumns(store, tuple(variables), starts)
