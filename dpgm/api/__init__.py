@@ -1,0 +1,111 @@
+"""``dpgm.fit``: one entry point that validates, gathers statistics and dispatches by method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import xarray as xr
+
+from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
+from dpgm.api.hmm import fit_hmm
+from dpgm.api.log_linear import fit_log_linear
+from dpgm.api.markov import fit_markov_network
+from dpgm.api.predict import predict_proba
+from dpgm.api.undirected_em import fit_undirected_em
+from dpgm.fit.result import FitResult
+from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.models.hmm import HiddenMarkovModel
+from dpgm.models.log_linear import LogLinearModel
+from dpgm.models.markov import MarkovNetwork
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["fit", "predict_proba"]
+
+
+def fit(
+    model: Any,
+    data: xr.Dataset | xr.DataArray,
+    method: str | None = None,
+    *,
+    tol: float = 1e-8,
+    max_iter: int = 1000,
+    client: Client | None = None,
+    progress: bool = False,
+    callback: Callable[[dict[str, float]], None] | None = None,
+    **options: Any,
+) -> FitResult:
+    """Fit a model's parameters to data.
+
+    Parameters
+    ----------
+    model
+        A :class:`~dpgm.BayesianNetwork` (parameterized, or a structure from
+        ``BayesianNetwork.from_edges`` whose states come from the data), or a
+        :class:`~dpgm.LogLinearModel`.
+    data
+        A dataset (lazy Zarr-backed or in memory) or a labelled contingency table.
+    method
+        Bayesian networks: ``"mle"`` (default) or ``"bayes"`` (posterior mean under
+        a Dirichlet prior: ``prior="BDeu"`` with ``equivalent_sample_size``,
+        ``"K2"``, or ``"dirichlet"`` with ``pseudo_counts={variable: table}``).
+        Log-linear models: ``"lbfgs"`` (default; ``l2=`` ridge and ``l1=`` lasso
+        penalties, the latter by proximal gradient), ``"newton"`` (small models),
+        ``"gis"``. ``structural_zeros=`` a boolean DataArray of cells fixed at zero.
+    tol, max_iter
+        Stopping rule of iterative methods.
+    client
+        Dask client for the pass(es) over the data.
+    progress
+        Show progress of the passes.
+    callback
+        Called with each iteration's history record.
+    **options
+        Method options (see above).
+
+    Returns
+    -------
+    FitResult
+
+    Raises
+    ------
+    DataError
+        Model variables absent from the data, states that differ, missing values
+        with a complete-data method.
+    ValueError
+        An unknown method or option.
+
+    Examples
+    --------
+    >>> import dpgm
+    >>> truth = dpgm.load_network("asia")
+    >>> data = dpgm.sample_bayesian_network(truth, 10_000, seed=0)
+    >>> result = dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), data)
+    >>> result.converged, result.n_params
+    (True, 18)
+    """
+    if isinstance(model, BayesianNetwork):
+        if method == "em":
+            return fit_bayesian_network_em(model, data, tol=tol, max_iter=max_iter, client=client,
+                                            progress=progress, callback=callback, **options)
+        return fit_bayesian_network(model, data, method or "mle", client=client, progress=progress, **options)
+    if isinstance(model, HiddenMarkovModel):
+        if method not in (None, "em"):
+            raise ValueError(f"a HiddenMarkovModel is fitted by method='em' (Baum-Welch), not {method!r}")
+        return fit_hmm(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                        callback=callback, **options)
+    if isinstance(model, MarkovNetwork | LogLinearModel) and method == "em":
+        return fit_undirected_em(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                                  callback=callback, **options)
+    if isinstance(model, MarkovNetwork):
+        return fit_markov_network(model, data, method or "ipf", tol=tol, max_iter=max_iter, client=client,
+                                   progress=progress, callback=callback, **options)
+    if isinstance(model, LogLinearModel):
+        return fit_log_linear(model, data, method or "lbfgs", tol=tol, max_iter=max_iter, client=client,
+                               progress=progress, callback=callback, **options)
+    raise TypeError(
+        f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel "
+        "or HiddenMarkovModel"
+    )

@@ -1,0 +1,115 @@
+"""Bayesian networks: complete-data MLE / Dirichlet estimates and EM with latent variables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xarray as xr
+
+from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
+from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist
+from dpgm.errors import DataError
+from dpgm.fit.bayesian import PRIORS, bayesian_network_estimate, result_for
+from dpgm.fit.goodness import deviance_and_pearson
+from dpgm.fit.result import FitResult
+from dpgm.models.bayesian_network import BayesianNetwork
+
+if TYPE_CHECKING:
+    pass
+
+
+def _bn_joint(model: BayesianNetwork, order: Sequence[str]) -> np.ndarray:
+    letters = {v: chr(ord("a") + i) if i < 26 else chr(ord("A") + i - 26) for i, v in enumerate(order)}
+    operands, subscripts = [], []
+    for v in model.variables:
+        table = model.cpds[v]
+        operands.append(table.values)
+        subscripts.append("".join(letters[d] for d in table.dims))
+    return np.einsum(",".join(subscripts) + "->" + "".join(letters[v] for v in order), *operands)
+
+
+def fit_bayesian_network(model, data, method, *, client, progress, prior=None, equivalent_sample_size=5.0,
+                          pseudo_counts=None, goodness_of_fit=True) -> FitResult:
+    methods = ("mle", "bayes")
+    if method not in methods:
+        raise ValueError(f"unknown method {method!r} for a BayesianNetwork; expected one of {methods} (or 'em')")
+    if method == "bayes" and prior is None:
+        prior = "BDeu"
+    if method == "mle" and prior is not None:
+        method = "bayes"
+    if prior is not None and prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
+    states = data_states(data)
+    check_variables(model.variables, model.states, states)
+    families = model.families
+    saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
+    scopes = families + ([saturated] if saturated else [])
+    tables = complete_counts(data, scopes, client, progress)
+    estimate, info = bayesian_network_estimate(
+        model, tables, prior=prior, equivalent_sample_size=equivalent_sample_size,
+        pseudo_counts_by_variable=pseudo_counts,
+    )
+    result = result_for(estimate, tables, float(tables.n_rows), method, info)
+    if saturated:
+        observed = tables[saturated].values
+        result.g2, result.pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
+        result.df = int(observed.size - 1 - result.n_params)
+    return result
+
+
+def bn_factors(model: BayesianNetwork) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    return [(tuple(map(str, model.cpds[v].dims)), model.cpds[v].values) for v in model.variables]
+
+
+def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
+                             n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
+                             persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
+                             pseudo_counts=None) -> FitResult:
+    from dpgm.cluster import current_client, iteration_span
+    from dpgm.fit.em import em
+    from dpgm.inference.evidence import BatchedTree
+    from dpgm.stats.expected import expected_counts
+
+    if not model.is_parameterized:
+        raise ValueError("EM needs the states of every variable, latent ones included: "
+                         "give BayesianNetwork.from_edges(edges, states)")
+    if prior is not None and prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
+    states = data_states(data)
+    observed = [v for v in model.variables if v in states]
+    latent = [v for v in model.variables if v not in states]
+    if not observed:
+        raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
+    check_variables(observed, model.states, states)
+    cards = {v: model.cardinality(v) for v in model.variables}
+    structure = BatchedTree(model.variables, cards, bn_factors(model)).structure
+    client = client or current_client()
+    data = maybe_persist(data, observed, persist, client)
+
+    def estep(models, iteration):
+        trees = [BatchedTree(m.variables, cards, bn_factors(m), structure) for m in models]
+        with iteration_span("dpgm-em", iteration):
+            results = expected_counts(data, trees, observed, client=client, progress=progress)
+        return [(loglik, (tree, counts)) for tree, (loglik, counts) in zip(trees, results, strict=True)]
+
+    def mstep(current: BayesianNetwork, statistics) -> BayesianNetwork:
+        tree, clique_counts = statistics
+        families = tree.family_counts(clique_counts, current.families)
+        labelled = {f: xr.DataArray(t, dims=f, coords={v: list(current.states[v]) for v in f})
+                    for f, t in families.items()}
+        estimate, _ = bayesian_network_estimate(current, labelled, prior=prior,
+                                                equivalent_sample_size=equivalent_sample_size,
+                                                pseudo_counts_by_variable=pseudo_counts)
+        return estimate
+
+    starts = initial_models(model, n_init, random_state, init)
+    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
+               checkpoint=checkpoint, resume=resume)
+    from dpgm.fit.bayesian import n_free_parameters
+
+    result = em_result(state, "em", n_params=n_free_parameters(model))
+    result.info["latent"] = latent
+    result.info["tree_width"] = structure.width
+    return result

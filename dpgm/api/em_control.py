@@ -1,0 +1,66 @@
+"""What every EM fit shares: restarts, events, persisted data, the result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xarray as xr
+
+from dpgm.fit.result import FitResult
+
+if TYPE_CHECKING:
+    pass
+
+
+def event_callback(client, callback):
+    """Each EM record goes to the user's callback and, on a cluster, to its event log."""
+
+    def report(record: dict) -> None:
+        if callback is not None:
+            callback(record)
+        if client is not None:
+            client.log_event("dpgm.fit", record)
+
+    return report
+
+
+def initial_models(model, n_init: int, random_state, init):
+    if init == "model":
+        if n_init != 1:
+            raise ValueError("init='model' starts from the given parameters: n_init must be 1")
+        return [model]
+    if init not in (None, "random"):
+        raise ValueError(f"init must be 'random' or 'model', got {init!r}")
+    if n_init < 1:
+        raise ValueError(f"n_init must be at least 1, got {n_init!r}")
+    rng = np.random.default_rng(random_state)
+    return [model.randomized(rng) for _ in range(n_init)]
+
+
+def maybe_persist(data, variables, persist: bool, client):
+    if not persist or not isinstance(data, xr.Dataset):
+        return data
+    subset = data[[*variables, *(["weight"] if "weight" in data else [])]]
+    if client is not None:
+        return client.persist(subset)
+    return subset.persist()
+
+
+def em_result(state, method: str, n_params: int) -> FitResult:
+    import warnings
+
+    from dpgm.errors import ConvergenceWarning
+
+    best = state.best
+    history = state.histories[best]
+    result = FitResult(
+        model=state.models[best], method=method, loglik=history[-1]["loglik"], converged=state.converged[best],
+        n_iter=len(history), n_rows=float("nan"), n_params=n_params, history=history, passes=state.passes,
+        info={"restart": best, "restart_logliks": [h[-1]["loglik"] for h in state.histories],
+              "restart_histories": state.histories},
+    )
+    if not result.converged:
+        warnings.warn(f"EM stopped after {result.n_iter} iterations without meeting tol", ConvergenceWarning,
+                      stacklevel=3)
+    return result

@@ -1,0 +1,83 @@
+"""Per-row posteriors of one variable, optionally written back into the store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import xarray as xr
+
+from dpgm.api.bayesian import bn_factors
+from dpgm.api.checks import check_variables, data_states
+from dpgm.models.bayesian_network import BayesianNetwork
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def predict_proba(
+    model: BayesianNetwork,
+    data: xr.Dataset,
+    variable: str,
+    *,
+    write: bool = False,
+    name: str | None = None,
+    client: Client | None = None,
+) -> xr.DataArray:
+    """Posterior probabilities of one variable for every row, given the row's observed values.
+
+    Parameters
+    ----------
+    model
+        A fitted Bayesian network (e.g. a latent class model after EM).
+    data
+        The dataset; model variables absent from it (and ``-1`` values) are summed out.
+    variable
+        The variable whose posterior is wanted (typically the latent class).
+    write
+        Also write the result into the dataset's Zarr store as a new variable
+        ``name`` (default ``"<variable>_proba"``), by a distributed pass.
+    name
+        Name of the written variable.
+    client
+        Dask client for the write.
+
+    Returns
+    -------
+    xarray.DataArray
+        Lazy ``(row, <variable>)`` probabilities, labelled with the variable's states.
+
+    Examples
+    --------
+    >>> import dpgm
+    >>> truth = dpgm.load_network("asia")
+    >>> rows = dpgm.sample_bayesian_network(truth, 5, seed=0).drop_vars("tub")
+    >>> dpgm.predict_proba(truth, rows, "tub").shape
+    (5, 2)
+    """
+    from dpgm.data.io import add_variables
+    from dpgm.inference.evidence import BatchedTree
+    from dpgm.stats.posterior import posterior_map
+
+    if not isinstance(model, BayesianNetwork) or not model.is_parameterized:
+        raise TypeError("predict_proba needs a parameterized BayesianNetwork")
+    if variable not in model.variables:
+        raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
+    states = data_states(data)
+    observed = [v for v in model.variables if v in states and v != variable]
+    check_variables(observed, model.states, states)
+    tree = BatchedTree(model.variables, {v: model.cardinality(v) for v in model.variables}, bn_factors(model))
+    values = posterior_map(data, tree, observed, variable, model.cardinality(variable))
+    labels = list(model.states[variable])
+    result = xr.DataArray(values, dims=("row", variable), coords={variable: labels},
+                          name=name or f"{variable}_proba")
+    if write:
+        store = data.encoding.get("dpgm_store")
+        if store is None:
+            raise ValueError("write=True needs a dataset opened with dpgm.open_dataset (it writes into that store)")
+        new = xr.Dataset({result.name: result.drop_vars(variable).rename({variable: f"{variable}_state"})})
+        new[result.name].attrs.update({"posterior_of": variable, "labels": labels})
+        from dpgm.cluster import compute
+
+        compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options,
+                              compute=False), client=client)
+    return result

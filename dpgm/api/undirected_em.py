@@ -1,0 +1,106 @@
+"""EM for Markov networks (IPF M step) and log-linear models (GIS M step)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dpgm.api.checks import check_variables, data_states
+from dpgm.api.em_control import em_result, event_callback, maybe_persist
+from dpgm.api.log_linear import engine_for
+from dpgm.errors import DataError
+from dpgm.fit.gis import gis
+from dpgm.fit.result import FitResult
+from dpgm.models.log_linear import LogLinearModel
+from dpgm.models.markov import MarkovNetwork
+
+if TYPE_CHECKING:
+    pass
+
+
+def _undirected_factors(model) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    if isinstance(model, MarkovNetwork):
+        return [(s, model.potentials[s].values) for s in model.scopes]
+    return [(s, np.exp(t.values)) for s, t in model.log_potentials().items()]
+
+
+def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback, m_step: str | None = None,
+                       inner_iter: int = 5, n_init: int = 1, random_state=None, init=None, checkpoint=None,
+                       resume=None, persist: bool = False) -> FitResult:
+    """EM for Markov networks (IPF M step) and log-linear models (GIS M step), warm-started inner loops."""
+    from dpgm.cluster import current_client, iteration_span
+    from dpgm.fit.em import em
+    from dpgm.fit.tree_ipf import tree_ipf
+    from dpgm.inference.evidence import BatchedTree
+    from dpgm.stats.expected import expected_counts
+
+    markov = isinstance(model, MarkovNetwork)
+    m_step = m_step or ("ipf" if markov else "gis")
+    if (markov and m_step != "ipf") or (not markov and m_step != "gis"):
+        raise ValueError(f"m_step={m_step!r}: Markov networks use 'ipf', log-linear models 'gis'")
+    states = data_states(data)
+    observed = [v for v in model.variables if v in states]
+    if not observed:
+        raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
+    check_variables(observed, model.states, states)
+    cards = {v: len(model.states[v]) for v in model.variables}
+    structure = BatchedTree(model.variables, cards, _undirected_factors(model)).structure
+    client = client or current_client()
+    data = maybe_persist(data, observed, persist, client)
+    empty = np.zeros((1, 0), dtype=np.int64)
+
+    def estep(models, iteration):
+        trees = [BatchedTree(model.variables, cards, _undirected_factors(m), structure) for m in models]
+        with iteration_span("dpgm-em", iteration):
+            results = expected_counts(data, trees, observed, client=client, progress=progress)
+        out = []
+        for tree, (loglik, clique_counts) in zip(trees, results, strict=True):
+            log_z, _ = tree.expected_counts(empty, [])
+            n = float(next(iter(clique_counts.values())).sum())
+            out.append((loglik - n * log_z, (tree, clique_counts, n)))
+        return out
+
+    def mstep(current, statistics):
+        tree, clique_counts, n = statistics
+        if markov:
+            scopes = current.scopes
+            targets = tree.family_counts(clique_counts, scopes)
+            with np.errstate(divide="ignore"):
+                start = {s: np.log(current.potentials[s].values) for s in scopes}
+            state = tree_ipf(targets, current.variables, cards, init=start, max_iter=inner_iter, tol=0.0)
+            return current.with_log_potentials(state.log_potentials)
+        features, order = current.feature_set()
+        targets = tree.family_counts(clique_counts, features.scopes)
+        empirical = features.expectations(targets) / n
+        engine = engine_for(current.variables, {v: current.states[v] for v in current.variables})
+        theta, *_ = gis(features, empirical, engine, theta=current.theta(order), max_iter=inner_iter, tol=0.0)
+        return current.with_weights(order, theta)
+
+    starts = _initial_undirected(model, n_init, random_state, init)
+    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
+               checkpoint=checkpoint, resume=resume)
+    n_params = (LogLinearModel.from_margins(model.scopes, model.states).n_free_parameters() if markov
+                else model.n_free_parameters())
+    result = em_result(state, "em", n_params=n_params)
+    result.info["latent"] = [v for v in model.variables if v not in states]
+    result.info["m_step"] = m_step
+    return result
+
+
+def _initial_undirected(model, n_init: int, random_state, init):
+    if init == "model":
+        if n_init != 1:
+            raise ValueError("init='model' starts from the given parameters: n_init must be 1")
+        return [model]
+    rng = np.random.default_rng(random_state)
+    starts = []
+    for _ in range(n_init):
+        if isinstance(model, MarkovNetwork):
+            starts.append(model.with_log_potentials(
+                {s: np.log(model.potentials[s].values) + rng.normal(0, 1, model.potentials[s].shape)
+                 for s in model.scopes}))
+        else:
+            features, order = model.feature_set()
+            starts.append(model.with_weights(order, model.theta(order) + rng.normal(0, 1, len(order))))
+    return starts
