@@ -33,3 +33,25 @@ def test_the_same_total_on_every_run():
     w = rng.random(x.size)
     runs = [map_reduce({"x": x, "w": w}, _kernel, name="t", shared=5)["weighted"] for _ in range(5)]
     assert len({float(r) for r in runs}) == 1  # slices added in order, not as threads finish
+
+
+def test_chunk_tasks_of_a_short_pass_run_on_every_worker(tmp_path, client):
+    """Reading tasks share one parameter key; they must still spread over the workers."""
+    import pandas as pd
+    from distributed import get_task_stream
+
+    import dpgm
+
+    frame = pd.DataFrame({"a": pd.Categorical(np.arange(4000) % 3), "b": pd.Categorical(np.arange(4000) % 2)})
+    dpgm.write_dataset(dpgm.from_pandas(frame), tmp_path / "d.zarr", chunk_rows=2000)
+    ds = dpgm.open_dataset(tmp_path / "d.zarr")
+    workers = set()
+    for _ in range(3):  # each pass is placed anew; every one must use both workers
+        with get_task_stream(client) as stream:
+            tables = dpgm.counts(ds, [("a", "b")], client=client)
+        placed = {t["worker"] for t in stream.data if "dpgm-counts-map" in str(t["key"])}
+        assert len(placed) == 2, placed
+        workers |= placed
+        expected = pd.crosstab(frame["a"], frame["b"]).values
+        np.testing.assert_array_equal(tables[("a", "b")].values, expected)
+    assert workers == set(client.scheduler_info()["workers"])

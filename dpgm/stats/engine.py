@@ -72,6 +72,29 @@ def _run_zarr_chunk(kernel: Kernel, index: int, shared: Any, columns: Any, extra
     return kernel(index, columns.read(index) | extra, shared)
 
 
+def _reading_tasks(columns: Any, kernel: Kernel, shared: Any, name: str, token: str) -> list:
+    """One task per chunk that reads its own columns, marked as a data producer.
+
+    Each task depends on the one ``shared`` key. Without the mark, the scheduler
+    places every such task on the worker that holds ``shared`` (a dependency is
+    where it prefers to run), so a pass of a few chunks ran on one worker while
+    the others idled. Data producers are placed like root tasks, on the least busy
+    worker, as dask.array's own reading tasks are; ``shared`` is copied to each
+    worker once.
+    """
+    from dask._task_spec import DataNode, Task, TaskRef
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    map_name, shared_name = f"{name}-map-{token}", f"{name}-shared-{token}"
+    layer: dict = {shared_name: DataNode(shared_name, shared)}
+    for i in range(columns.n_chunks):
+        layer[(map_name, i)] = Task((map_name, i), _run_zarr_chunk, kernel, i, TaskRef(shared_name), columns,
+                                    DataNode(None, {}), _data_producer=True)
+    graph = HighLevelGraph.from_collections(map_name, layer, dependencies=())
+    return [Delayed((map_name, i), graph, layer=map_name) for i in range(columns.n_chunks)]
+
+
 def _tree(level: list, name: str, token: str, split_every: int):
     depth = 0
     while len(level) > 1:
@@ -146,14 +169,7 @@ def map_reduce(
 
     if isinstance(arrays, ZarrColumns):
         token = tokenize(name, arrays.store.token, arrays.variables, arrays.starts, shared, split_every, kernel)
-        shared_key = dask.delayed(shared, pure=True, traverse=False, name=f"{name}-shared-{token}")
-        level = [
-            dask.delayed(_run_zarr_chunk, pure=True, traverse=False)(
-                kernel, i, shared_key, arrays, {}, dask_key_name=(f"{name}-map-{token}", i)
-            )
-            for i in range(arrays.n_chunks)
-        ]
-        return _tree(level, name, token, split_every)
+        return _tree(_reading_tasks(arrays, kernel, shared, name, token), name, token, split_every)
     names = tuple(arrays)
     if not any(_is_lazy(a) for a in arrays.values()):
         return _in_process(arrays, kernel, shared, names, chunk_rows)
