@@ -82,7 +82,10 @@ def bayesian_network_estimate(
         zero = totals == 0
         empty += int(zero.sum())
         estimate = np.where(zero, 1.0 / values.shape[0], values / np.where(zero, 1.0, totals))
-        cpds[family[0]] = xr.DataArray(estimate, dims=family, coords={v: table.indexes[v] for v in family})
+        # the counts' labels are the table's: a shallow copy with new values keeps their indexes
+        cpd = table.copy(deep=False, data=estimate)
+        cpd.attrs, cpd.name = {}, None
+        cpds[family[0]] = cpd
     return BayesianNetwork(cpds), {"empty_parent_configurations": empty}
 
 
@@ -90,12 +93,17 @@ def family_loglik(model: BayesianNetwork, family_counts: Mapping[tuple[str, ...]
     """Complete-data log-likelihood ``sum n(x, u) log theta[x | u]`` (0 log 0 = 0)."""
     total = 0.0
     for family in model.families:
-        counts = np.asarray(family_counts[family].transpose(*family).values, dtype=float)
-        theta = model.cpds[family[0]].transpose(*family).values
+        counts = np.asarray(_ordered(family_counts[family], family), dtype=float)
+        theta = _ordered(model.cpds[family[0]], family)
         positive = counts > 0
         with np.errstate(divide="ignore"):
             total += float((counts[positive] * np.log(theta[positive])).sum())
     return total
+
+
+def _ordered(table: xr.DataArray, dims: tuple[str, ...]) -> np.ndarray:
+    """The table's values with axes in ``dims`` order (no transpose when already so)."""
+    return table.values if table.dims == dims else table.transpose(*dims).values
 
 
 def n_free_parameters(model: BayesianNetwork) -> int:
