@@ -229,3 +229,99 @@ def test_same_result_on_synchronous_scheduler_and_cluster_and_with_persist(tmp_p
                                    rtol=1e-12)
         for v in truth.variables:
             np.testing.assert_allclose(other.model.cpds[v].values, synchronous.model.cpds[v].values, rtol=1e-10)
+
+
+def _random_network(seed: int) -> dpgm.BayesianNetwork:
+    """7 variables, 2-3 states, each with up to 3 earlier parents; some tables with zeros."""
+    rng = np.random.default_rng(seed)
+    names = [f"v{i}" for i in range(7)]
+    states = {v: [str(s) for s in range(int(rng.integers(2, 4)))] for v in names}
+    edges = [(names[j], names[i]) for i in range(1, 7)
+             for j in rng.choice(i, size=min(i, int(rng.integers(0, 4))), replace=False)]
+    network = dpgm.BayesianNetwork.from_edges(edges, states).randomized(rng, concentration=0.7)
+    cpds = dict(network.cpds)
+    table = cpds["v3"].values.copy()
+    table[0] = 0.0  # a state v3 never takes: rows observing it are impossible
+    table /= table.sum(axis=0, keepdims=True)
+    cpds["v3"] = cpds["v3"].copy(data=table)
+    return dpgm.BayesianNetwork(cpds)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("limit", [None, 0, 6, 1 << 12])
+def test_expected_family_counts_equal_brute_force(seed, limit):
+    """Oracle: each row's posterior over every family by enumerating the joint (dpgm.testing.joint_table).
+
+    ``limit`` 0 sends every row through the junction tree, 4096 enumerates every row's unobserved
+    non-leaf variables, 6 mixes the two paths within one call. Sums of a few hundred products of
+    tables: rtol 1e-12.
+    """
+    from dpgm.inference.families import FamilyPlan
+    from dpgm.testing import joint_table
+
+    network = _random_network(seed)
+    rng = np.random.default_rng(100 + seed)
+    latent = network.variables[int(rng.integers(0, 7))]
+    observed = [v for v in network.variables if v != latent]
+    n = 150
+    codes = np.stack([rng.integers(0, network.cardinality(v), n) for v in observed], axis=1)
+    codes[rng.random(codes.shape) < 0.35] = -1
+    if latent != "v3":  # v3 = 0 has probability zero: keep the rows possible
+        codes[codes[:, observed.index("v3")] == 0, observed.index("v3")] = 1
+    weights = rng.random(n)
+    weights[:5] = 0.0
+    plan = FamilyPlan(network.variables, {v: network.cardinality(v) for v in network.variables},
+                      {v: network.parents(v) for v in network.variables}, enumeration_limit=limit)
+    theta = plan.flatten({v: network.cpds[v].values for v in network.variables})
+    loglik, counts = plan.expected_counts(theta, codes.astype(np.int16), observed, weights)
+
+    joint = joint_table(network).values  # dims in network.variables order
+    expected_loglik = 0.0
+    expected = {v: np.zeros(network.cpds[v].shape) for v in network.variables}
+    for r in range(n):
+        index = tuple(slice(None) if v == latent or codes[r, observed.index(v)] < 0
+                      else slice(int(codes[r, observed.index(v)]), int(codes[r, observed.index(v)]) + 1)
+                      for v in network.variables)
+        evidence = np.zeros_like(joint)
+        evidence[index] = joint[index]
+        total = evidence.sum()
+        expected_loglik += weights[r] * np.log(total)
+        for v, family in zip(network.variables, network.families, strict=True):
+            axes = tuple(i for i, u in enumerate(network.variables) if u not in family)
+            kept = [u for u in network.variables if u in family]
+            table = np.transpose(evidence.sum(axis=axes), [kept.index(u) for u in family])
+            expected[v] += weights[r] * table / total
+    assert loglik == pytest.approx(expected_loglik, rel=1e-12)
+    for v, table in plan.tables(counts).items():
+        np.testing.assert_allclose(table, expected[v], rtol=1e-12, atol=1e-12 * n)
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 12])
+def test_impossible_row_gives_minus_infinite_loglik_on_both_paths(limit):
+    from dpgm.inference.families import FamilyPlan
+
+    network = _random_network(0)
+    plan = FamilyPlan(network.variables, {v: network.cardinality(v) for v in network.variables},
+                      {v: network.parents(v) for v in network.variables}, enumeration_limit=limit)
+    theta = plan.flatten({v: network.cpds[v].values for v in network.variables})
+    observed = [v for v in network.variables if v != "v0"]
+    codes = np.full((3, len(observed)), -1, dtype=np.int16)
+    codes[1, observed.index("v3")] = 0
+    loglik, counts = plan.expected_counts(theta, codes, observed)
+    assert loglik == -np.inf
+    assert np.isfinite(counts).all()
+
+
+def test_bayesian_network_em_resumed_from_a_checkpoint_equals_uninterrupted(tmp_path):
+    truth = dpgm.load_network("asia")
+    ds = dpgm.sample_bayesian_network(truth, 2000, None, seed=3, missing=0.2).drop_vars("either")
+    structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
+    options = {"method": "em", "random_state": 4, "n_init": 2, "tol": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        full = dpgm.fit(structure, ds, max_iter=9, **options)
+        dpgm.fit(structure, ds, max_iter=4, checkpoint=str(tmp_path / "ckpt"), **options)
+        resumed = dpgm.fit(structure, ds, max_iter=9, resume=str(tmp_path / "ckpt"), **options)
+    assert [h["loglik"] for h in resumed.history] == [h["loglik"] for h in full.history]
+    for v in truth.variables:
+        np.testing.assert_array_equal(resumed.model.cpds[v].values, full.model.cpds[v].values)

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist
@@ -63,13 +62,35 @@ def bn_factors(model: BayesianNetwork) -> list[tuple[tuple[str, ...], np.ndarray
     return [(tuple(map(str, model.cpds[v].dims)), model.cpds[v].values) for v in model.variables]
 
 
+def _family_plan(model: BayesianNetwork):
+    from dpgm.inference.families import FamilyPlan
+
+    return FamilyPlan(model.variables, {v: model.cardinality(v) for v in model.variables},
+                      {v: model.parents(v) for v in model.variables})
+
+
+def _prior_counts(model: BayesianNetwork, prior, equivalent_sample_size: float, pseudo_counts_by_variable):
+    """The Dirichlet pseudo-counts of every family as one vector in the layout of the parameters."""
+    from dpgm.fit.bayesian import pseudo_counts
+
+    if prior is None:
+        return None
+    return np.concatenate([
+        pseudo_counts(f, model.cpds[f[0]].shape, prior, equivalent_sample_size,
+                      (pseudo_counts_by_variable or {}).get(f[0])).ravel()
+        for f in model.families])
+
+
 def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
                              n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
                              persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
                              pseudo_counts=None) -> FitResult:
+    """EM on raw arrays: the parameters are one vector (:class:`~dpgm.inference.families.FamilyPlan`'s
+    layout), the E step returns expected family counts in the same layout, the M step normalizes
+    them; labels are attached only for checkpoints and the result."""
     from dpgm.cluster import current_client, iteration_span
     from dpgm.fit.em import em
-    from dpgm.inference.evidence import BatchedTree
+    from dpgm.inference.families import FamilyParameters
     from dpgm.stats.expected import expected_counts
 
     if not model.is_parameterized:
@@ -83,33 +104,33 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
     if not observed:
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     check_variables(observed, model.states, states)
-    cards = {v: model.cardinality(v) for v in model.variables}
-    structure = BatchedTree(model.variables, cards, bn_factors(model)).structure
+    plan = _family_plan(model)
+    pseudo = _prior_counts(model, prior, equivalent_sample_size, pseudo_counts)
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
 
-    def estep(models, iteration):
-        trees = [BatchedTree(m.variables, cards, bn_factors(m), structure) for m in models]
+    def from_model(network: BayesianNetwork) -> np.ndarray:
+        return plan.flatten({v: network.cpds[f[0]].transpose(*f).values
+                             for v, f in zip(model.variables, model.families, strict=True)})
+
+    def to_model(theta: np.ndarray) -> BayesianNetwork:
+        tables = plan.tables(theta)
+        return BayesianNetwork({v: model.cpds[v].copy(data=tables[v].copy()) for v in model.variables})
+
+    def estep(thetas, iteration):
         with iteration_span("dpgm-em", iteration):
-            results = expected_counts(data, trees, observed, client=client, progress=progress)
-        return [(loglik, (tree, counts)) for tree, (loglik, counts) in zip(trees, results, strict=True)]
+            return expected_counts(data, [FamilyParameters(plan, t) for t in thetas], observed, client=client,
+                                   progress=progress)
 
-    def mstep(current: BayesianNetwork, statistics) -> BayesianNetwork:
-        tree, clique_counts = statistics
-        families = tree.family_counts(clique_counts, current.families)
-        labelled = {f: xr.DataArray(t, dims=f, coords={v: list(current.states[v]) for v in f})
-                    for f, t in families.items()}
-        estimate, _ = bayesian_network_estimate(current, labelled, prior=prior,
-                                                equivalent_sample_size=equivalent_sample_size,
-                                                pseudo_counts_by_variable=pseudo_counts)
-        return estimate
+    def mstep(theta: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return plan.normalize(counts if pseudo is None else counts + pseudo)[0]
 
-    starts = initial_models(model, n_init, random_state, init)
+    starts = [from_model(m) for m in initial_models(model, n_init, random_state, init)]
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
-               checkpoint=checkpoint, resume=resume)
+               checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
     from dpgm.fit.bayesian import n_free_parameters
 
     result = em_result(state, "em", n_params=n_free_parameters(model))
     result.info["latent"] = latent
-    result.info["tree_width"] = structure.width
+    result.info["tree_width"] = plan.structure.width
     return result

@@ -3,7 +3,9 @@
 The loop is independent of the model: ``estep(models, iteration) -> [(loglik, statistics)]``
 runs one distributed pass computing every active restart's expected statistics
 together, and ``mstep(model, statistics) -> model`` updates one restart on the
-driver. Each iteration's log-likelihood is that of the parameters the E step
+driver. "Model" is whatever the two functions exchange: a labelled model, or
+raw parameter arrays with ``to_model`` / ``from_model`` converting at the edges
+(checkpoints, resume and the result), so the loop itself builds no labels. Each iteration's log-likelihood is that of the parameters the E step
 used; the model returned is the one whose log-likelihood is reported.
 
 Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|``. A converged
@@ -51,6 +53,8 @@ def em(
     callback: Callable[[dict], None] | None = None,
     checkpoint: str | None = None,
     resume: str | None = None,
+    to_model: Callable[[Any], Any] | None = None,
+    from_model: Callable[[Any], Any] | None = None,
 ) -> EMState:
     """Run EM from ``models`` (one per restart).
 
@@ -72,6 +76,9 @@ def em(
         Folder to checkpoint parameters and history into after every iteration.
     resume
         Folder of a checkpoint to continue from (its models replace ``models``).
+    to_model, from_model
+        Convert the loop's parameters to the model saved in checkpoints and
+        returned (and back, on resume); identity by default.
 
     Returns
     -------
@@ -84,9 +91,12 @@ def em(
     passes = 0
     if resume is not None:
         iteration, models, state = read_checkpoint(resume)
+        if from_model is not None:
+            models = [from_model(m) for m in models]
         histories = state["histories"]
         converged = state["converged"]
         evaluated = list(models)
+    labelled = to_model or (lambda parameters: parameters)
     current = list(models)
     start = time.perf_counter()
     while iteration < max_iter and not all(converged):
@@ -117,9 +127,9 @@ def em(
             write_checkpoint(
                 checkpoint,
                 iteration,
-                [current[i] if not converged[i] else evaluated[i] for i in range(len(current))],
+                [labelled(current[i] if not converged[i] else evaluated[i]) for i in range(len(current))],
                 {"histories": histories, "converged": converged},
             )
     finals = [h[-1]["loglik"] if h else float("-inf") for h in histories]
     best = max(range(len(finals)), key=finals.__getitem__)
-    return EMState(evaluated, histories, converged, iteration, passes, best)
+    return EMState([labelled(m) for m in evaluated], histories, converged, iteration, passes, best)
