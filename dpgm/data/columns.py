@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,7 +27,24 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["DirectColumn", "ZarrColumns", "ZarrStore", "zarr_columns"]
+__all__ = ["ChunkColumns", "DirectColumn", "ZarrColumns", "ZarrStore", "zarr_columns"]
+
+_scratch = threading.local()
+
+
+def scratch(name: str, n_bytes: int) -> np.ndarray:
+    """A per-thread reusable byte buffer of at least ``n_bytes`` (grown, never shrunk).
+
+    Chunk reads into scratch buffers skip a fresh allocation per chunk, which on
+    distributed workers (whose allocator returns freed memory to the OS) costs page
+    faults on every chunk. The buffer is overwritten by the next read in the thread.
+    """
+    buffers = _scratch.__dict__.setdefault("buffers", {})
+    buffer = buffers.get(name)
+    if buffer is None or buffer.size < n_bytes:
+        buffer = buffers[name] = np.empty(max(n_bytes, 1), dtype=np.uint8)
+    return buffer
+
 
 
 @dataclass(frozen=True)
@@ -80,9 +98,10 @@ class DirectColumn:
         """Whether rows ``[start, stop)`` are whole Zarr chunks (the last may end the array)."""
         return start % self.chunk_rows == 0 and (stop % self.chunk_rows == 0 or stop == self.length) and stop <= self.length
 
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)``, which must satisfy :meth:`aligned`."""
-        out = np.empty(stop - start, dtype=self.dtype)
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``[start, stop)``, which must satisfy :meth:`aligned`, into ``out`` if given."""
+        if out is None:
+            out = np.empty(stop - start, dtype=self.dtype)
         for k in range(start // self.chunk_rows, -(-stop // self.chunk_rows)):
             lo = k * self.chunk_rows - start
             hi = min(lo + self.chunk_rows, stop - start)
@@ -97,11 +116,15 @@ class DirectColumn:
     def _decode(self, k: int, out: np.ndarray) -> None:
         path = os.path.join(self.directory, "c" + self.separator + str(k))
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            f = open(path, "rb")
         except FileNotFoundError:
             out[:] = self.fill_value
             return
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            data = memoryview(scratch("compressed", size))[:size]
+            if f.readinto(data) != size:
+                raise OSError(f"short read of {path!r}")
         if self.codec == "blosc":
             from numcodecs import blosc
 
@@ -153,24 +176,39 @@ def direct_column(array: Any, directory: str) -> DirectColumn | None:
     )
 
 
+class ChunkColumns(dict):
+    """Column name -> one chunk's 1-D array; ``matrix`` holds the integer columns
+    ``matrix_variables`` as the rows of one C-contiguous 2-D array (None if not read so)."""
+
+    matrix: np.ndarray | None = None
+    matrix_variables: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class ZarrColumns:
     """Columns of a Zarr store read by each chunk task directly (no separate read tasks).
 
     Reading in the task that uses the data keeps every chunk's columns on one
     worker (no transfers between workers) and skips one task per column and chunk.
+
+    With ``reuse=True`` the directly decompressed integer columns land in one
+    per-thread scratch matrix (variables x rows, see :class:`ChunkColumns`) that the
+    next read in the same thread overwrites: for kernels that reduce a chunk to
+    statistics and keep no reference to its columns (counts). Reads then allocate
+    nothing per chunk.
     """
 
     store: ZarrStore
     variables: tuple[str, ...]
     starts: tuple[int, ...]
+    reuse: bool = False
 
     @property
     def n_chunks(self) -> int:
         """Number of row chunks."""
         return len(self.starts) - 1
 
-    def read(self, chunk: int, *, direct: bool = True) -> dict[str, np.ndarray]:
+    def read(self, chunk: int, *, direct: bool = True) -> ChunkColumns:
         """The columns of one chunk: decompressed in place where the layout allows, else through Zarr."""
         import asyncio
 
@@ -178,20 +216,37 @@ class ZarrColumns:
 
         arrays, columns = _open_arrays(self.store, self.variables)
         start, stop = self.starts[chunk], self.starts[chunk + 1]
-        out: dict[str, np.ndarray] = {}
+        out = ChunkColumns()
         rest = []
+        direct_columns = []
         for v, array, column in zip(self.variables, arrays, columns, strict=True):
             if direct and column is not None and column.aligned(start, stop):
-                out[v] = column.read(start, stop)
+                direct_columns.append((v, column))
             else:
                 rest.append((v, array))
+        if self.reuse and direct_columns:
+            dtype = direct_columns[0][1].dtype
+            in_matrix = [(v, c) for v, c in direct_columns if c.dtype == dtype and dtype.kind in "iu"]
+            if in_matrix:
+                n = stop - start
+                flat = scratch("matrix", len(in_matrix) * n * dtype.itemsize)
+                matrix = flat[: len(in_matrix) * n * dtype.itemsize].view(dtype).reshape(len(in_matrix), n)
+                for row, (v, column) in enumerate(in_matrix):
+                    out[v] = column.read(start, stop, matrix[row])
+                out.matrix = matrix
+                out.matrix_variables = tuple(v for v, _ in in_matrix)
+        for v, column in direct_columns:
+            if v not in out:
+                out[v] = column.read(start, stop)
         if rest:
 
             async def fetch():
                 return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a in rest))
 
             out.update(zip((v for v, _ in rest), sync(fetch()), strict=True))
-        return {v: out[v] for v in self.variables}
+        result = ChunkColumns((v, out[v]) for v in self.variables)
+        result.matrix, result.matrix_variables = out.matrix, out.matrix_variables
+        return result
 
 
 def _local_path(path: str) -> str | None:
@@ -215,8 +270,11 @@ def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, li
     return arrays, columns
 
 
-def zarr_columns(ds: xr.Dataset, variables: Sequence[str]) -> ZarrColumns | None:
-    """Direct chunk reads for ``variables`` if they are untouched columns of the store ``ds`` was opened from."""
+def zarr_columns(ds: xr.Dataset, variables: Sequence[str], *, reuse: bool = False) -> ZarrColumns | None:
+    """Direct chunk reads for ``variables`` if they are untouched columns of the store ``ds`` was opened from.
+
+    ``reuse=True``: chunk reads go to per-thread scratch buffers (see :class:`ZarrColumns`).
+    """
     store = ds.encoding.get("dpgm_store")
     if not isinstance(store, ZarrStore):
         return None
@@ -232,4 +290,4 @@ def zarr_columns(ds: xr.Dataset, variables: Sequence[str]) -> ZarrColumns | None
     if chunks is None:
         return None
     starts = tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
-    return ZarrColumns(store, tuple(variables), starts)
+    return ZarrColumns(store, tuple(variables), starts, reuse)

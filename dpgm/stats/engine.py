@@ -69,7 +69,10 @@ def _run_chunk(kernel: Kernel, index: int, shared: Any, names: tuple[str, ...], 
 
 
 def _run_zarr_chunk(kernel: Kernel, index: int, shared: Any, columns: Any, extra: dict[str, np.ndarray]):
-    return kernel(index, columns.read(index) | extra, shared)
+    data = columns.read(index)
+    if extra:  # a plain dict then (the chunk's scratch matrix, if any, is dropped)
+        data = data | extra
+    return kernel(index, data, shared)
 
 
 def _reading_tasks(columns: Any, kernel: Kernel, shared: Any, name: str, token: str) -> list:
