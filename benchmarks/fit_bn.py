@@ -81,11 +81,14 @@ def _dpgm_cluster(truth, path: Path, repeats: int):
     with dpgm.connect(n_workers=2, dashboard_address=":0") as client:
         client.run(lambda: None)
         before = _worker_rss(client)
+        # the first fit on a fresh cluster also pays the workers' one-time imports and
+        # kernel loading: recorded apart, the steady-state fits are what a service pays
+        first, _, _ = _median_time(lambda: dpgm.fit(structure, dpgm.open_dataset(path), client=client), 1)
         seconds, times, result = _median_time(
             lambda: dpgm.fit(structure, dpgm.open_dataset(path), client=client), repeats)
         after = _worker_rss(client)
     return {
-        "seconds": seconds, "times": times, "passes": result.passes,
+        "seconds": seconds, "times": times, "first_fit_seconds": first, "passes": result.passes,
         "worker_rss_start_mb": max(v["rss_mb"] for v in before.values()),
         "worker_peak_rss_mb": max(v["peak_mb"] for v in after.values()),
     }, result
@@ -228,25 +231,33 @@ def _markdown(report: dict) -> str:
     lines = ["# fit_bn: alarm MLE, dpgm vs pgmpy vs pyAgrum", "",
              "Same rows, same run; BLAS threads pinned to 1; dpgm cluster = 2 worker processes "
              f"from Zarr (chunks of {report['chunk_rows']:,} rows). Ratios > 1 mean dpgm is faster.", "",
-             "| N | dpgm cluster s | rows/s | passes | peak worker MB | dpgm in-mem s | pgmpy s | "
-             "pgmpy/dpgm | pyAgrum s (fit only) | pyAgrum/dpgm | max abs diff pgmpy / pyAgrum |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "dpgm in memory = the dataset loaded in this process, its slices counted on a thread per core. "
+             "dpgm cluster = median of the fits after the first on a fresh cluster (first fit, which also pays "
+             "the workers' one-time imports, in its own column).", "",
+             "| N | dpgm cluster s (first) | rows/s | passes | peak worker MB | dpgm in-mem s | pgmpy s | "
+             "pgmpy / dpgm in-mem | pgmpy / dpgm cluster | pyAgrum s (fit only) | pyAgrum / dpgm in-mem | "
+             "max abs diff pgmpy / pyAgrum |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
-        c = r["dpgm_cluster"]
+        c, m = r["dpgm_cluster"], r["dpgm_in_memory"]["seconds"]
         pg, ag = r.get("pgmpy"), r.get("pyagrum")
         lines.append(
-            f"| {r['n_rows']:.0e} | {c['seconds']:.3f} | {c['rows_per_s']:.3g} | {c['passes']} | "
-            f"{c['worker_peak_rss_mb']:.0f} | {r['dpgm_in_memory']['seconds']:.3f} | "
-            + (f"{pg['seconds']:.3f} | {pg['seconds'] / c['seconds']:.2f}x | " if pg else "- | - | ")
-            + (f"{ag['seconds']:.3f} ({ag['fit_only_seconds']:.3f}) | {ag['seconds'] / c['seconds']:.2f}x | "
+            f"| {r['n_rows']:.0e} | {c['seconds']:.3f} ({c.get('first_fit_seconds', float('nan')):.3f}) | "
+            f"{c['rows_per_s']:.3g} | {c['passes']} | {c['worker_peak_rss_mb']:.0f} | {m:.3f} | "
+            + (f"{pg['seconds']:.3f} | {pg['seconds'] / m:.1f}x | {pg['seconds'] / c['seconds']:.1f}x | "
+               if pg else "- | - | - | ")
+            + (f"{ag['seconds']:.3f} ({ag['fit_only_seconds']:.3f}) | {ag['seconds'] / m:.1f}x | "
                if ag else "- | - | ")
             + (f"{pg['max_abs_diff']:.1e}" if pg else "-") + " / " + (f"{ag['max_abs_diff']:.1e}" if ag else "-")
             + " |")
     at = [r for r in report["rows"] if r["n_rows"] == 10**6 and "pgmpy" in r]
     if at:
-        ratio = at[0]["pgmpy"]["seconds"] / at[0]["dpgm_cluster"]["seconds"]
-        lines += ["", f"Target (issue 4): >= 20x pgmpy at 1e6 rows. Measured: {ratio:.2f}x -> "
-                  + ("met." if ratio >= 20 else "**missed**.")]
+        pg = at[0]["pgmpy"]["seconds"]
+        memory, cluster = pg / at[0]["dpgm_in_memory"]["seconds"], pg / at[0]["dpgm_cluster"]["seconds"]
+        lines += ["", f"Target (issue 4): >= 20x pgmpy at 1e6 rows. Measured: {memory:.1f}x in memory "
+                  + ("(met)" if memory >= 20 else "(**missed**)")
+                  + f", {cluster:.1f}x from Zarr on the 2-worker cluster "
+                  + ("(met)." if cluster >= 20 else "(**missed**).")]
     return "\n".join(lines) + "\n"
 
 

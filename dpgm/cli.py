@@ -200,10 +200,13 @@ def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers, conne
 @click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
 @click.option("--checkpoint", type=click.Path(), default=None, help="Folder to checkpoint EM into every iteration.")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint.")
+@click.option("--plot", "plot_path", type=click.Path(), default=None,
+              help="Save a convergence plot (log-likelihood per iteration) to this PNG/SVG/PDF file.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
-def fit(spec, data, out, method, report, overwrite, checkpoint, resume, scheduler, scheduler_file, workers) -> None:
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, scheduler, scheduler_file,
+        workers) -> None:
     """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
 
     Exits 0 on convergence and 3 when the iteration limit was reached first.
@@ -229,11 +232,21 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, schedule
         result.model.save(out, mode="w" if overwrite else "w-")
     click.echo(result.summary())
     click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
+    if plot_path:
+        _save_plot(result, plot_path)
     if report:
         payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
         Path(report).write_text(json.dumps(payload, indent=2, default=float))
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
+
+
+def _save_plot(result, path) -> None:
+    if not result.history:
+        click.echo(f"no convergence plot: {result.method} is a closed form (no iterations)", err=True)
+        return
+    result.plot(path)
+    click.echo(f"convergence plot saved to {path}")
 
 
 def _echo_iteration(record: dict) -> None:
@@ -266,11 +279,17 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
 @cli.command()
 @click.option("--rows", type=float, default=1e6, show_default=True)
 @click.option("--network", default="alarm", show_default=True)
+@click.option("--latent", default="HYPOVOLEMIA,LVFAILURE", show_default=True,
+              help="Variables hidden from the EM fit (comma-separated; empty to skip EM).")
+@click.option("--em-rows", type=float, default=2e4, show_default=True, help="Rows the EM fit uses (the first ones).")
+@click.option("--plot", "plot_path", type=click.Path(), default="dpgm-demo-em.png", show_default=True,
+              help="Where to save the EM convergence plot.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
-def demo(rows, network, scheduler, scheduler_file, workers) -> None:
-    """Generate a dataset from a shipped network on a local cluster, count it and fit it."""
+def demo(rows, network, latent, em_rows, plot_path, scheduler, scheduler_file, workers) -> None:
+    """Generate a dataset from a shipped network on a local cluster, count it, fit it, and run EM
+    with latent variables and the generated missing values."""
     import numpy as np
 
     from dpgm.api import fit as run_fit
@@ -306,7 +325,40 @@ def demo(rows, network, scheduler, scheduler_file, workers) -> None:
         error = max(float(np.abs(result.model.cpds[v].transpose(*model.cpds[v].dims).values
                                  - model.cpds[v].values).max()) for v in model.variables)
         click.echo(f"  {seconds:.2f} s; largest |fitted - true| CPT entry: {error:.4f}")
+        hidden = [v for v in latent.split(",") if v]
+        if hidden:
+            _demo_em(model, Path(folder) / f"{network}.zarr", hidden, int(em_rows), plot_path, client)
         click.echo(f"\ndashboard: {client.dashboard_link}")
+
+
+def _demo_em(model, path: Path, hidden: list[str], n_rows: int, plot_path: str, client) -> None:
+    """EM on the first rows of the first dataset (5% missing values) with ``hidden`` removed."""
+    from dpgm.api import fit as run_fit
+    from dpgm.data import open_dataset
+
+    unknown = [v for v in hidden if v not in model.variables]
+    if unknown:
+        raise click.UsageError(f"--latent names variables not in the network: {unknown}")
+    ds = open_dataset(path).drop_vars(hidden).isel(row=slice(0, n_rows))
+    rows = ds.sizes["row"]
+    click.echo(f"\nEM with {', '.join(hidden)} latent and 5% of the other values missing, {rows:,} rows, "
+               "3 random restarts sharing each pass over the data ...")
+    start = time.perf_counter()
+    result = run_fit(model, ds, method="em", n_init=3, random_state=0, tol=1e-5, max_iter=40, client=client,
+                     callback=_echo_restart_iteration)
+    seconds = time.perf_counter() - start
+    click.echo(result.summary().splitlines()[0])
+    click.echo(f"  log-likelihood {result.loglik:,.1f} after {result.n_iter} iterations; {seconds:.1f} s, "
+               f"{seconds / max(result.passes, 1):.2f} s per pass ({rows / (seconds / max(result.passes, 1)):,.0f} "
+               "rows/s for all restarts together)")
+    _save_plot(result, plot_path)
+
+
+def _echo_restart_iteration(record: dict) -> None:
+    if record["restart"] == 0:
+        change = record["change"]
+        click.echo(f"  iteration {record['iteration']:3d}  loglik {record['loglik']:,.2f}"
+                   + (f"  change {change:+.3g}" if change is not None else ""))
 
 
 def main() -> None:

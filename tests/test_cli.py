@@ -119,6 +119,11 @@ def test_fit_markov_and_latent_class_specs(tmp_path):
     (tmp_path / "lca.yaml").write_text("model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub]\n"
                                        "random_state: 0\nmax_iter: 50\ntol: 1.0e-6\n")
     out = run("fit", tmp_path / "lca.yaml", tmp_path / "a.zarr", "--out", tmp_path / "lca.zarr", "--workers", "1",
-              check=False)
+              "--plot", tmp_path / "lca.png", "--report", tmp_path / "lca.json", check=False)
     assert out.returncode in (0, 3), out.stderr
     assert set(dpgm.load(tmp_path / "lca.zarr").variables) == {"class", "xray", "dysp", "tub"}
+    import matplotlib.image
+
+    assert matplotlib.image.imread(tmp_path / "lca.png").shape[:2] == (400, 1100)
+    history = json.loads((tmp_path / "lca.json").read_text())["history"]
+    assert len(history) >= 2 and f"convergence plot saved to {tmp_path / 'lca.png'}" in out.stdout

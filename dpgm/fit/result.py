@@ -109,6 +109,68 @@ class FitResult:
                 lines.append(f"  {key}: {value}")
         return "\n".join(lines)
 
+    def plot(self, path: str | None = None):
+        """Convergence plot: log-likelihood per iteration (every restart's, for EM), and
+        the largest marginal error, the penalized objective, or else the distance to the
+        final log-likelihood (log scale).
+
+        Parameters
+        ----------
+        path
+            Also save the figure there (PNG, SVG or PDF, by the file's suffix).
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Raises
+        ------
+        ImportError
+            matplotlib is not installed (``pip install 'dpgm[plot]'``).
+        ValueError
+            The fit has no iterations to plot (a closed form).
+        """
+        try:
+            import matplotlib
+
+            if path is not None:
+                matplotlib.use("Agg", force=False)
+            from matplotlib.figure import Figure
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError("FitResult.plot needs matplotlib: pip install 'dpgm[plot]'") from error
+        if not self.history:
+            raise ValueError(f"a {self.method} fit has no iterations to plot (n_iter={self.n_iter})")
+        histories = self.info.get("restart_histories") or [self.history]
+        second = next((k for k in ("max_error", "objective") if self.history[-1].get(k) is not None), "gap")
+        figure = Figure(figsize=(11, 4), layout="constrained")
+        axes = figure.subplots(1, 2)
+        for k, history in enumerate(histories):
+            best = history is self.history or k == self.info.get("restart")
+            axes[0].plot([r["iteration"] for r in history], [r["loglik"] for r in history],
+                         "o-" if best else "-", color="C0" if best else "0.6", lw=2 if best else 1,
+                         ms=3, label=f"restart {k} (best)" if best and len(histories) > 1 else None,
+                         zorder=3 if best else 2)
+        axes[0].set(xlabel="iteration", ylabel="log-likelihood",
+                    title=f"{type(self.model).__name__} by {self.method}: "
+                          + ("converged" if self.converged else "not converged"))
+        if len(histories) > 1:
+            axes[0].legend(title=f"{len(histories)} restarts")
+        iterations = [r["iteration"] for r in self.history]
+        if second == "gap":  # how far each iteration is from where the fit ended
+            gaps = [(r["iteration"], self.history[-1]["loglik"] - r["loglik"]) for r in self.history]
+            iterations, values = [i for i, g in gaps if g > 0], [g for _, g in gaps if g > 0]
+        else:
+            values = [r[second] for r in self.history]
+        axes[1].plot(iterations, values, "o-", ms=3, color="C1")
+        if second != "objective" and values and all(v > 0 for v in values):
+            axes[1].set_yscale("log")
+        axes[1].set(xlabel="iteration", title={"max_error": "largest |model - data| marginal",
+                                               "objective": "penalized objective",
+                                               "gap": "final log-likelihood minus log-likelihood"}[second])
+        if path is not None:
+            figure.savefig(path, dpi=100)
+        return figure
+
     def __repr__(self) -> str:
         return f"<FitResult {self.method} loglik={self.loglik:.6g} converged={self.converged} n_iter={self.n_iter}>"
 
