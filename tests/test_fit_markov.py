@@ -132,6 +132,21 @@ def test_hundred_variable_grid_converges():
     assert abs(result.history[-1]["loglik"] - result.history[-2]["loglik"]) < 1e-6 * abs(result.loglik)
 
 
+def test_loglik_tol_stops_ipf_on_the_log_likelihood_change(titanic):
+    frame, table, glm = titanic
+    model = dpgm.MarkovNetwork.from_cliques(MARGINS, {v: list(table.coords[v].values) for v in table.dims})
+    # tol=0 never stops on the marginal error; the log-likelihood rule alone ends the fit
+    result = dpgm.fit(model, table, method="ipf", tol=0.0, loglik_tol=1e-9, max_iter=500)
+    assert result.converged and result.n_iter < 500
+    last = result.history[-1]
+    assert abs(last["change"]) <= 1e-9 * abs(last["loglik"])
+    assert all(abs(r["change"]) > 1e-9 * abs(r["loglik"]) for r in result.history[1:-1])
+    # where it stopped, the fit is the GLM's to the precision the rule implies (deviance within 1e-6)
+    assert result.g2 == pytest.approx(glm.deviance, rel=1e-6)
+    with pytest.raises(ValueError, match="loglik_tol applies to method='ipf'"):
+        dpgm.fit(model, table, method="gis", loglik_tol=1e-9)
+
+
 def test_zarr_on_cluster_equals_in_memory_table(tmp_path, client):
     bn, ds = _grid_data(3, 3, 30_000, 5)
     dpgm.write_dataset(ds, tmp_path / "g.zarr", chunk_rows=4000)

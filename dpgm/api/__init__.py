@@ -43,19 +43,30 @@ def fit(
     ----------
     model
         A :class:`~dpgm.BayesianNetwork` (parameterized, or a structure from
-        ``BayesianNetwork.from_edges`` whose states come from the data), or a
-        :class:`~dpgm.LogLinearModel`.
+        ``BayesianNetwork.from_edges`` whose states come from the data), a
+        :class:`~dpgm.MarkovNetwork`, a :class:`~dpgm.LogLinearModel` or a
+        :class:`~dpgm.HiddenMarkovModel`. Model variables absent from the data are
+        latent (``method="em"``).
     data
         A dataset (lazy Zarr-backed or in memory) or a labelled contingency table.
     method
         Bayesian networks: ``"mle"`` (default) or ``"bayes"`` (posterior mean under
         a Dirichlet prior: ``prior="BDeu"`` with ``equivalent_sample_size``,
         ``"K2"``, or ``"dirichlet"`` with ``pseudo_counts={variable: table}``).
+        Markov networks: ``"ipf"`` (default; ``loglik_tol=`` adds a stopping rule on
+        the relative log-likelihood change per sweep), ``"closed_form"``
+        (decomposable models), or the log-linear methods on indicator features.
         Log-linear models: ``"lbfgs"`` (default; ``l2=`` ridge and ``l1=`` lasso
         penalties, the latter by proximal gradient), ``"newton"`` (small models),
         ``"gis"``. ``structural_zeros=`` a boolean DataArray of cells fixed at zero.
+        Any model with latent variables or missing values: ``"em"`` (``n_init``,
+        ``random_state``, ``init``, ``checkpoint``, ``resume``, ``persist``;
+        ``m_step="ipf"`` / ``"gis"`` for Markov / log-linear models); a
+        HiddenMarkovModel is always fitted by EM (Baum-Welch).
     tol, max_iter
-        Stopping rule of iterative methods.
+        Stopping rule of iterative methods: the largest marginal (or feature
+        expectation) error for IPF/GIS/gradient methods, the relative
+        log-likelihood change for EM.
     client
         Dask client for the pass(es) over the data.
     progress

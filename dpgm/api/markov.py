@@ -26,7 +26,8 @@ _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
 
 
 def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, client, progress, callback,
-                        structural_zeros=None, l1: float = 0.0, l2: float = 0.0, goodness_of_fit=True) -> FitResult:
+                        structural_zeros=None, l1: float = 0.0, l2: float = 0.0, goodness_of_fit=True,
+                        loglik_tol: float = 0.0) -> FitResult:
     from dpgm.fit.decomposable import decomposable_mle
     from dpgm.fit.tree_ipf import tree_ipf
 
@@ -36,6 +37,8 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     check_variables(model.variables, model.states, states)
     scopes = model.scopes
     hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
+    if loglik_tol and method != "ipf":
+        raise ValueError(f"loglik_tol applies to method='ipf', not {method!r}")
     if method in ("gis", "lbfgs", "newton"):
         result = fit_log_linear(hierarchical, data, method, tol=tol, max_iter=max_iter, client=client,
                                  progress=progress, callback=callback, l1=l1, l2=l2,
@@ -62,7 +65,7 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
         history, converged, n_iter = [], True, 0
     else:
         state = tree_ipf(counts, model.variables, {v: model.cardinality(v) for v in model.variables}, init=init,
-                         max_iter=max_iter, tol=tol, callback=callback)
+                         max_iter=max_iter, tol=tol, loglik_tol=loglik_tol, callback=callback)
         log_potentials, history, converged, n_iter = (state.log_potentials, state.history, state.converged,
                                                       state.n_iter)
     fitted = model.with_log_potentials(log_potentials)

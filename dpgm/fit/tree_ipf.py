@@ -76,6 +76,7 @@ def tree_ipf(
     init: Mapping[Scope, np.ndarray] | None = None,
     max_iter: int = 1000,
     tol: float = 1e-10,
+    loglik_tol: float = 0.0,
     callback: Callable[[dict], None] | None = None,
 ) -> IPFState:
     """IPF with path-wise recalibration of a junction tree (see the module docstring).
@@ -91,6 +92,9 @@ def tree_ipf(
     max_iter, tol
         Sweeps at most; stop when every scope's marginal, checked just before its
         update in a sweep, is within ``tol`` of the empirical one.
+    loglik_tol
+        Also stop when a sweep changes the log-likelihood by at most ``loglik_tol``
+        times its absolute value (0, the default, turns this rule off).
     callback
         Called with each sweep's history record.
     """
@@ -122,13 +126,16 @@ def tree_ipf(
             log_ratio = _log_ratio(targets[scope], marginal)
             hugin.beliefs[clique] = hugin.beliefs[clique] * np.exp(expand(log_ratio, scope, structure.cliques[clique]))
             log_potentials[scope] = log_potentials[scope] + log_ratio
+        loglik = loglik_from_potentials(counts, log_potentials, hugin.log_z, n)
+        change = loglik - history[-1]["loglik"] if history else None
         log_iteration(history, callback, {
             "iteration": iteration,
-            "loglik": loglik_from_potentials(counts, log_potentials, hugin.log_z, n),
+            "loglik": loglik,
+            "change": change,
             "max_error": error,
             "seconds": time.perf_counter() - start,
         })
-        if error < tol:
+        if error < tol or (loglik_tol > 0 and change is not None and abs(change) <= loglik_tol * abs(loglik)):
             converged = True
             break
     state = IPFState(log_potentials, history, converged, iteration)
