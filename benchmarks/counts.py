@@ -17,10 +17,11 @@ sampled by ``dpgm.sample_bayesian_network`` into Zarr stores under /tmp/dpgm-ben
   node of the chain (families = the 19 pairs + X00), up to ``--pgmpy-max``.
 
 At the target N (5e7) it also measures, side by side, where the time goes (Zarr
-read+decode only, the kernel alone in memory, a no-op graph of the same shape,
-workers without the malloc setting), 1 vs 2 workers and several chunk sizes, and a
-prototype plan (neighbour pairs merged into L1-sized chain windows) run end to end
-through dpgm's own map-reduce. Every table is checked against dpgm's. BLAS/numba
+read+decode only into scratch buffers and into fresh ones, the kernel alone in
+memory, a no-op graph of the same shape, workers without the malloc setting), 1 vs
+2 workers, several chunk sizes, and end to end through dpgm's own map-reduce: chunk
+reads into fresh buffers, and the plans dpgm no longer uses (10 triples, 19
+unmerged pairs). Every table is checked against dpgm's. BLAS/numba
 threads are pinned to 1 before numpy is imported; workers get 1 thread each.
 """
 
@@ -44,7 +45,7 @@ import psutil  # noqa: E402
 
 import dpgm  # noqa: E402
 from dpgm.data.columns import zarr_columns  # noqa: E402
-from dpgm.stats.counts import maximal_scopes  # noqa: E402
+from dpgm.stats.counts import _count_kernel, maximal_scopes, merge_scopes  # noqa: E402
 from dpgm.stats.engine import map_reduce  # noqa: E402
 from dpgm.stats.kernels import CountPlan, _check_codes, count_chunk, count_chunk_numpy  # noqa: E402
 
@@ -53,7 +54,6 @@ STORE = Path("/tmp/dpgm-bench")
 N_VARS = 20
 NET_SEED = 20
 DATA_SEED = 1
-WINDOW_CELLS = 1024  # prototype: merged chain windows stay L1-sized
 TARGET_ROWS = 50_000_000
 TARGET_RATE = 4e7
 
@@ -124,34 +124,32 @@ def chunk_plan(model, scopes) -> CountPlan:
                      tuple(tuple(index[v] for v in s) for s in scopes))
 
 
-def window_plan(model, limit: int = WINDOW_CELLS) -> CountPlan:
-    """Prototype plan: neighbour pairs merged into chain windows of <= ``limit`` extended cells.
-
-    Each window's table holds every pair (and single) inside it as a marginal, so a
-    row costs ~5 increments instead of 19.
-    """
-    cards = [model.cardinality(v) for v in variables()]
-    scopes, i = [], 0
-    while i < len(cards) - 1:
-        j, cells = i + 1, (cards[i] + 1) * (cards[i + 1] + 1)
-        while j + 1 < len(cards) and cells * (cards[j + 1] + 1) <= limit:
-            j += 1
-            cells *= cards[j] + 1
-        scopes.append(tuple(range(i, j + 1)))
-        i = j
-    return CountPlan(tuple(variables()), tuple(cards), tuple(scopes))
+PLANS = {  # merge limits: dpgm's default, the previous default (triples), no merging
+    "dpgm": {},
+    "triples": {"max_variables": 3, "max_cells": 1024},
+    "pairs": {"max_variables": 1, "max_cells": 1},
+}
 
 
-def window_pairs(plan: CountPlan, flat: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
-    """Neighbour-pair tables (observed states only) marginalized from window tables."""
+def merged_plan(model, kind: str = "dpgm") -> CountPlan:
+    """The tables counted for the workload under a merge setting of :data:`PLANS`."""
+    cards = {v: model.cardinality(v) + 1 for v in variables()}
+    return chunk_plan(model, merge_scopes(maximal_scopes(workload_scopes()), cards, **PLANS[kind]))
+
+
+def plan_pairs(plan: CountPlan, flat: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
+    """Neighbour-pair tables (observed states only) marginalized from a plan's tables."""
     offsets, pairs = plan.offsets, {}
-    for t, scope in enumerate(plan.scopes):
+    for a, b in workload_scopes()[N_VARS:]:
+        ia, ib = plan.variables.index(a), plan.variables.index(b)
+        t = next(t for t, s in enumerate(plan.scopes) if ia in s and ib in s)
+        scope = plan.scopes[t]
         table = flat[offsets[t]: offsets[t + 1]].reshape(plan.extended_shape(t))
-        for k in range(len(scope) - 1):
-            other = tuple(a for a in range(len(scope)) if a not in (k, k + 1))
-            pair = table.sum(axis=other) if other else table
-            pair = pair[: plan.cardinalities[scope[k]], : plan.cardinalities[scope[k + 1]]]
-            pairs[(plan.variables[scope[k]], plan.variables[scope[k + 1]])] = pair
+        other = tuple(k for k, j in enumerate(scope) if j not in (ia, ib))
+        pair = table.sum(axis=other) if other else table
+        if scope.index(ia) > scope.index(ib):
+            pair = pair.T
+        pairs[(a, b)] = pair[: plan.cardinalities[ia], : plan.cardinalities[ib]]
     return pairs
 
 
@@ -194,10 +192,8 @@ def _noop_kernel(index, columns, shared):
     return {"rows": np.asarray(len(next(iter(columns.values()))))}
 
 
-def _window_kernel(index, columns, shared):
-    plan = shared
-    return {"tables": count_chunk([columns[v] for v in plan.variables], plan, chunk=index),
-            "rows": np.asarray(len(columns[plan.variables[0]]))}
+def _plan_kernel(index, columns, shared):
+    return _count_kernel(index, columns, shared)  # dpgm's own chunk kernel, any plan
 
 
 def _noop_task(i):
@@ -278,16 +274,18 @@ def dpgm_pass(path: Path, client):
     return dpgm.counts(dpgm.open_dataset(path), workload_scopes(), client=client)
 
 
-def read_only_pass(path: Path, client):
+def read_only_pass(path: Path, client, reuse: bool = True):
+    """dpgm's chunk reads with a no-op kernel; ``reuse`` as dpgm.counts does (scratch buffers)."""
     ds = dpgm.open_dataset(path)
-    lazy = map_reduce(zarr_columns(ds, variables()), _noop_kernel, name="bench-read")
+    lazy = map_reduce(zarr_columns(ds, variables(), reuse=reuse), _noop_kernel, name="bench-read")
     return dpgm.compute(lazy, client=client)
 
 
-def window_pass(path: Path, client, plan: CountPlan):
+def plan_pass(path: Path, client, plan: CountPlan, reuse: bool = True):
+    """dpgm's counting map-reduce with a given plan and read mode (what dpgm.counts runs)."""
     ds = dpgm.open_dataset(path)
-    lazy = map_reduce(zarr_columns(ds, variables()), _window_kernel, name="bench-window",
-                      shared=plan)
+    lazy = map_reduce(zarr_columns(ds, variables(), reuse=reuse), _plan_kernel,
+                      name="bench-plan", shared=plan)
     return dpgm.compute(lazy, client=client)
 
 
@@ -420,42 +418,42 @@ def sweep_point(model, n_rows: int, path: Path, warm: Path, repeats: int, args) 
 
 
 def kernel_point(model, path: Path, chunk_rows: int, repeats: int) -> dict:
-    """count_chunk vs count_chunk_numpy vs the window-plan prototype on one in-memory chunk."""
+    """dpgm's kernel on one in-memory chunk: its plan, the previous plans, the NumPy reference."""
     import zarr
 
     group = zarr.open_group(str(path), mode="r")
     columns = [np.asarray(group[v][:chunk_rows]) for v in variables()]
+    matrix = np.stack(columns)
     n = columns[0].shape[0]
-    plan = chunk_plan(model, maximal_scopes(workload_scopes()))
-    windows = window_plan(model)
-    reference = count_chunk(columns, plan)
-    if not np.array_equal(count_chunk_numpy(columns, plan), reference):
-        raise AssertionError("numpy reference kernel differs")
-    proto_pairs = window_pairs(windows, count_chunk(columns, windows))
-    offsets = plan.offsets
-    for t, scope in enumerate(plan.scopes):
-        table = reference[offsets[t]: offsets[t + 1]].reshape(plan.extended_shape(t))
-        key = (plan.variables[scope[0]], plan.variables[scope[1]])
-        if not np.array_equal(table[:-1, :-1], proto_pairs[key]):
-            raise AssertionError("window prototype differs")
+    plans = {kind: merged_plan(model, kind) for kind in PLANS}
+    pairs_plan = plans["pairs"]
+    reference = count_chunk_numpy(columns, pairs_plan)
+    expected = plan_pairs(pairs_plan, reference)
+    for kind, plan in plans.items():
+        got = plan_pairs(plan, count_chunk(matrix, plan))
+        if any(not np.array_equal(got[k], expected[k]) for k in expected):
+            raise AssertionError(f"plan {kind} differs from the NumPy reference")
     runs = {
-        "count_chunk_numba": lambda: count_chunk(columns, plan),
-        "count_chunk_numpy": lambda: count_chunk_numpy(columns, plan),
-        "window_plan_count_chunk": lambda: count_chunk(columns, windows),
-        "check_codes_only": lambda: _check_codes(columns, plan, 0),
+        "count_chunk_dpgm_plan": lambda: count_chunk(matrix, plans["dpgm"]),
+        "count_chunk_triples": lambda: count_chunk(matrix, plans["triples"]),
+        "count_chunk_19_pairs": lambda: count_chunk(matrix, plans["pairs"]),
+        "count_chunk_dpgm_plan_from_columns": lambda: count_chunk(columns, plans["dpgm"]),
+        "count_chunk_numpy_19_pairs": lambda: count_chunk_numpy(columns, plans["pairs"]),
+        "check_codes_only": lambda: _check_codes(columns, plans["dpgm"], 0),
     }
     times = {k: [] for k in runs}
     for _ in range(repeats):
         for key, run in runs.items():
             times[key].append(timed(run)[0])
-    out = {"chunk_rows": n, "tables_counted": len(plan.scopes),
-           "window_plan": {"scopes": [[plan.variables[j] for j in s] for s in windows.scopes],
-                           "max_cells": WINDOW_CELLS},
+    out = {"chunk_rows": n,
+           "plans": {kind: [[p.variables[j] for j in s] for s in p.scopes]
+                     for kind, p in plans.items()},
            **{k: summary(v, n) for k, v in times.items()}}
-    out["numba_over_numpy"] = out["count_chunk_numba"]["rows_per_s"] / out[
-        "count_chunk_numpy"]["rows_per_s"]
-    out["window_over_numba"] = out["window_plan_count_chunk"]["rows_per_s"] / out[
-        "count_chunk_numba"]["rows_per_s"]
+    rate = out["count_chunk_dpgm_plan"]["rows_per_s"]
+    out["dpgm_plan_over_triples"] = rate / out["count_chunk_triples"]["rows_per_s"]
+    out["dpgm_plan_over_19_pairs"] = rate / out["count_chunk_19_pairs"]["rows_per_s"]
+    out["numba_over_numpy_19_pairs"] = out["count_chunk_19_pairs"]["rows_per_s"] / out[
+        "count_chunk_numpy_19_pairs"]["rows_per_s"]
     return out
 
 
@@ -465,15 +463,16 @@ def kernel_point(model, path: Path, chunk_rows: int, repeats: int) -> dict:
 def breakdown_point(model, n_rows: int, paths: dict[int, Path], warm: Path, repeats: int,
                     chunk_rows: int) -> dict:
     """At the target N, side by side: end to end on 2 workers (each chunk size), 1 worker,
-    2 workers without the malloc setting, read+decode only, no-op scheduling, prototype."""
+    2 workers without the malloc setting, fresh read buffers, the previous plans,
+    read+decode only (scratch and fresh buffers), no-op scheduling."""
     main = paths[chunk_rows]
-    windows = window_plan(model)
+    triples, pairs_plan = merged_plan(model, "triples"), merged_plan(model, "pairs")
     runs: dict[str, list[float]] = {}
     extras: dict = {}
     with cluster(2) as c2, cluster(1) as c1, cluster(2, malloc_env=False) as c2_plain:
         for client in (c2, c1, c2_plain):
             dpgm_pass(warm, client)
-            window_pass(warm, client, windows)
+            plan_pass(warm, client, triples)
         tasks = n_tasks(main)
         n_noop = 300
         plan = []
@@ -482,25 +481,29 @@ def breakdown_point(model, n_rows: int, paths: dict[int, Path], warm: Path, repe
         plan += [
             ("e2e_1w", lambda: dpgm_pass(main, c1)),
             ("e2e_2w_no_malloc_env", lambda: dpgm_pass(main, c2_plain)),
+            ("e2e_2w_fresh_buffers", lambda: plan_pass(main, c2, merged_plan(model), reuse=False)),
+            ("e2e_2w_fresh_buffers_no_malloc_env",
+             lambda: plan_pass(main, c2_plain, merged_plan(model), reuse=False)),
+            ("e2e_2w_plan_triples", lambda: plan_pass(main, c2, triples)),
+            ("e2e_2w_plan_19_pairs", lambda: plan_pass(main, c2, pairs_plan)),
             ("read_decode_only_2w", lambda: read_only_pass(main, c2)),
             ("read_decode_only_1w", lambda: read_only_pass(main, c1)),
-            ("read_decode_only_2w_no_malloc_env", lambda: read_only_pass(main, c2_plain)),
+            ("read_decode_only_2w_fresh_buffers", lambda: read_only_pass(main, c2, reuse=False)),
             ("noop_same_graph_2w", lambda: dpgm.compute(_noop_graph(tasks["map"]), client=c2)),
             (f"noop_{n_noop}_tasks_2w", lambda: dpgm.compute(_noop_graph(n_noop), client=c2)),
-            ("prototype_window_plan_2w", lambda: window_pass(main, c2, windows)),
         ]
         for rep in range(repeats):
             for key, run in plan:
                 seconds, value = timed(run)
                 runs.setdefault(key, []).append(seconds)
-                if key == "prototype_window_plan_2w":
-                    extras["prototype_tables"] = value["tables"]
+                if key == "e2e_2w_plan_19_pairs":
+                    extras["pairs_tables"] = value["tables"]
                 if key == f"e2e_2w_chunk{chunk_rows}":
                     extras["dpgm"] = value
             print(f"  breakdown rep {rep}: " + ", ".join(f"{k} {v[-1]:.2f}s"
                                                          for k, v in runs.items()), flush=True)
-    pairs = window_pairs(windows, extras["prototype_tables"])
-    check_counts(extras["dpgm"], pairs, "window prototype (cluster)")
+    check_counts(extras["dpgm"], plan_pairs(pairs_plan, extras["pairs_tables"]),
+                 "19 unmerged pairs (cluster)")
     out: dict = {"rows": n_rows, "tasks": tasks, "n_noop_tasks": n_noop}
     for key, values in runs.items():
         rows = n_noop if key.startswith(f"noop_{n_noop}") else n_rows
@@ -516,10 +519,9 @@ def derive(report: dict) -> dict:
     n = b["rows"]
     e2e = b[f"e2e_2w_chunk{report['chunk_rows']}"]["seconds"]
     read = b["read_decode_only_2w"]["seconds"]
-    kernel_core = n / k["count_chunk_numba"]["rows_per_s"]  # one core, all N
+    kernel_core = n / k["count_chunk_dpgm_plan"]["rows_per_s"]  # one core, all N
     overhead = b["noop_same_graph_2w"]["seconds"]
     model_seconds = read + kernel_core / 2
-    proto = b["prototype_window_plan_2w"]["seconds"]
     return {
         "e2e_seconds": e2e,
         "e2e_rows_per_s": n / e2e,
@@ -534,14 +536,16 @@ def derive(report: dict) -> dict:
             "unexplained": max(0.0, 1 - model_seconds / e2e),
         },
         "allocation_effect_e2e": b["e2e_2w_no_malloc_env"]["seconds"] / e2e,
-        "allocation_effect_read_only": b["read_decode_only_2w_no_malloc_env"]["seconds"] / read,
+        "fresh_buffers_effect_e2e": b["e2e_2w_fresh_buffers"]["seconds"] / e2e,
+        "fresh_buffers_no_malloc_env_effect_e2e":
+            b["e2e_2w_fresh_buffers_no_malloc_env"]["seconds"] / e2e,
+        "fresh_buffers_effect_read_only": b["read_decode_only_2w_fresh_buffers"]["seconds"] / read,
+        "triples_plan_effect_e2e": b["e2e_2w_plan_triples"]["seconds"] / e2e,
+        "pairs_plan_effect_e2e": b["e2e_2w_plan_19_pairs"]["seconds"] / e2e,
         "speedup_2w_over_1w": b["e2e_1w"]["seconds"] / e2e,
         "headroom_if_kernel_free": e2e / read,
-        "prototype_window_plan_speedup_e2e": e2e / proto,
-        "prototype_window_plan_rows_per_s": n / proto,
         "target_rows_per_s": TARGET_RATE,
         "target_met": n / e2e >= TARGET_RATE,
-        "target_met_by_prototype": n / proto >= TARGET_RATE,
     }
 
 
@@ -592,10 +596,10 @@ def plot(report: dict, path: Path) -> None:
         left.plot(rows, [m["seconds"] for _, m in points], "o-", label=label)
         right.plot(rows, [m["rows_per_s"] for _, m in points], "o-", label=label)
     b = report["breakdown"]
-    proto = b["prototype_window_plan_2w"]
-    left.plot([b["rows"]], [proto["seconds"]], "k*", ms=12, label="prototype window plan (2 workers)")
-    right.plot([b["rows"]], [proto["rows_per_s"]], "k*", ms=12,
-               label="prototype window plan (2 workers)")
+    for key, marker, label in (("e2e_2w_plan_19_pairs", "kx", "dpgm, 19 unmerged pairs"),
+                               ("e2e_2w_fresh_buffers", "k+", "dpgm, fresh read buffers")):
+        left.plot([b["rows"]], [b[key]["seconds"]], marker, ms=10, label=label)
+        right.plot([b["rows"]], [b[key]["rows_per_s"]], marker, ms=10, label=label)
     right.axhline(TARGET_RATE, color="grey", ls="--", label="target 4e7 rows/s")
     for axis, ylabel in ((left, "seconds (median of 3)"), (right, "rows/s")):
         axis.set_xscale("log")
@@ -675,32 +679,35 @@ def markdown(report: dict) -> str:
         f"rate, split over 2 workers) {shares['kernel']:.0%}; scheduling of the same graph with "
         f"no-op tasks {shares['scheduling_noop_graph']:.0%} (per-task overhead "
         f"{b['per_task_overhead_ms']:.2f} ms); unexplained {shares['unexplained']:.0%}.",
-        f"* Allocation: without `MALLOC_MMAP_THRESHOLD_` in the workers the pass takes "
-        f"{d['allocation_effect_e2e']:.2f}x as long (read-only: "
-        f"{d['allocation_effect_read_only']:.2f}x).",
+        f"* Allocation: chunk reads into fresh buffers instead of dpgm's per-thread scratch "
+        f"buffers take {d['fresh_buffers_effect_e2e']:.2f}x as long end to end "
+        f"({d['fresh_buffers_no_malloc_env_effect_e2e']:.2f}x also without "
+        f"`MALLOC_MMAP_THRESHOLD_` in the workers; read-only {d['fresh_buffers_effect_read_only']:.2f}x); "
+        f"with scratch buffers, dropping `MALLOC_MMAP_THRESHOLD_` alone: "
+        f"{d['allocation_effect_e2e']:.2f}x.",
+        f"* Table plan: dpgm merges the 39 scopes into {len(k['plans']['dpgm'])} tables (windows of "
+        f"<= 8 variables / 4096 extended cells); the previous plan of "
+        f"{len(k['plans']['triples'])} triples takes {d['triples_plan_effect_e2e']:.2f}x as long end "
+        f"to end, 19 unmerged pairs {d['pairs_plan_effect_e2e']:.2f}x.",
         f"* 2 workers vs 1: {d['speedup_2w_over_1w']:.2f}x faster. Headroom if the kernel cost "
         f"nothing: {d['headroom_if_kernel_free']:.2f}x (read+decode bound).",
-        f"* Kernel, one in-memory chunk of {k['chunk_rows']:,} rows, one core: numba "
-        f"{k['count_chunk_numba']['rows_per_s']:.3g} rows/s, NumPy reference "
-        f"{k['count_chunk_numpy']['rows_per_s']:.3g} rows/s "
-        f"(**{k['numba_over_numpy']:.1f}x**); code validation alone "
-        f"{k['check_codes_only']['seconds'] * 1e3:.1f} ms per chunk.",
-        f"* Prototype (benchmark only, dpgm unchanged): merge the neighbour pairs into chain "
-        f"windows of <= {WINDOW_CELLS} extended cells ({len(k['window_plan']['scopes'])} tables "
-        f"instead of 19) and marginalize on the driver: kernel "
-        f"{k['window_over_numba']:.2f}x faster in memory; end to end "
-        f"{d['prototype_window_plan_rows_per_s']:.3g} rows/s "
-        f"({d['prototype_window_plan_speedup_e2e']:.2f}x), target "
-        f"{'met' if d['target_met_by_prototype'] else 'not met'} with it.",
+        f"* Kernel, one in-memory chunk of {k['chunk_rows']:,} rows, one core: dpgm's plan "
+        f"{k['count_chunk_dpgm_plan']['rows_per_s']:.3g} rows/s "
+        f"({k['dpgm_plan_over_triples']:.2f}x the triples, {k['dpgm_plan_over_19_pairs']:.2f}x the "
+        f"19 pairs; from separate column arrays, which are stacked first: "
+        f"{k['count_chunk_dpgm_plan_from_columns']['rows_per_s']:.3g}); on 19 pairs the numba "
+        f"kernel is {k['numba_over_numpy_19_pairs']:.1f}x the NumPy reference; a separate code "
+        f"check would cost {k['check_codes_only']['seconds'] * 1e3:.1f} ms per chunk (the kernel "
+        f"validates per block instead).",
         "",
         f"Worker memory (both workers together, distributed's MemorySampler every 0.1 s during "
         f"the passes): {memory[0]:.0f} MB at N = {report['sweep'][0]['rows']:.0e}, "
         f"{memory[-1]:.0f} MB at N = {report['sweep'][-1]['rows']:.0e} (idle workers: "
         f"{idle:.0f} MB).",
         "",
-        "Note: in zarr 3 each worker decodes a chunk's 20 columns concurrently (asyncio + a "
-        "thread pool), so a '1-thread' worker can use more than one core for decode: the 1-worker "
-        "runs are not single-core runs.",
+        "Note: dpgm reads a chunk's columns itself (file read + Blosc decompression into "
+        "per-thread scratch buffers, one thread per worker); Zarr's own codec pipeline is only "
+        "the fallback for other layouts, so the 1-worker runs are single-core runs.",
         "",
     ]
     return "\n".join(lines)
@@ -756,8 +763,8 @@ def main(argv=None) -> dict:
     print(f"threads pinned: {report['threads']}", flush=True)
     report["kernel"] = kernel_point(model, paths[(target, args.chunk_rows)], args.chunk_rows,
                                     args.repeats)
-    print(f"kernel: numba {report['kernel']['count_chunk_numba']['rows_per_s']:.3g} rows/s, "
-          f"numpy {report['kernel']['count_chunk_numpy']['rows_per_s']:.3g}", flush=True)
+    print(f"kernel: dpgm plan {report['kernel']['count_chunk_dpgm_plan']['rows_per_s']:.3g} rows/s, "
+          f"triples {report['kernel']['count_chunk_triples']['rows_per_s']:.3g}", flush=True)
     report["sweep"] = []
     for n in rows:
         point = sweep_point(model, n, paths[(n, args.chunk_rows)], warm, args.repeats, args)
