@@ -81,6 +81,19 @@ def _prior_counts(model: BayesianNetwork, prior, equivalent_sample_size: float, 
         for f in model.families])
 
 
+def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state) -> list[np.ndarray]:
+    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``, drawn on arrays (same draws)."""
+    rng = np.random.default_rng(random_state)
+    starts = []
+    for _ in range(n_init):
+        tables = {}
+        for v, table in model.cpds.items():  # the order BayesianNetwork.randomized draws in
+            columns = rng.dirichlet(np.ones(table.shape[0]), int(np.prod(table.shape[1:])))
+            tables[v] = columns.T.reshape(table.shape)
+        starts.append(plan.flatten(tables))
+    return starts
+
+
 def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
                              n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
                              persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
@@ -115,22 +128,28 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
 
     def to_model(theta: np.ndarray) -> BayesianNetwork:
         tables = plan.tables(theta)
-        return BayesianNetwork({v: model.cpds[v].copy(data=tables[v].copy()) for v in model.variables})
+        return BayesianNetwork({v: model.cpds[v].copy(deep=False, data=tables[v].copy()) for v in model.variables})
 
     def estep(thetas, iteration):
         with iteration_span("dpgm-em", iteration):
-            return expected_counts(data, [FamilyParameters(plan, t) for t in thetas], observed, client=client,
-                                   progress=progress)
+            results = expected_counts(data, [FamilyParameters(plan, t) for t in thetas], observed, client=client,
+                                      progress=progress)
+        if any(tree_rows for _, _, tree_rows in results) and not plan.has_tree:
+            plan.structure  # noqa: B018 (triangulate once here, so later passes ship the tree)
+        return [(loglik, counts) for loglik, counts, _ in results]
 
     def mstep(theta: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return plan.normalize(counts if pseudo is None else counts + pseudo)[0]
 
-    starts = [from_model(m) for m in initial_models(model, n_init, random_state, init)]
+    if init in (None, "random") and n_init >= 1:
+        starts = _random_starts(model, plan, n_init, random_state)
+    else:
+        starts = [from_model(m) for m in initial_models(model, n_init, random_state, init)]
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
                checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
     from dpgm.fit.bayesian import n_free_parameters
 
     result = em_result(state, "em", n_params=n_free_parameters(model))
     result.info["latent"] = latent
-    result.info["tree_width"] = plan.structure.width
+    result.info["tree_width"] = plan.structure.width if plan.has_tree else None  # None: no row needed the tree
     return result

@@ -29,7 +29,7 @@ Examples
 >>> import numpy as np
 >>> plan = FamilyPlan(["a", "b"], {"a": 2, "b": 2}, {"a": (), "b": ("a",)})
 >>> theta = np.array([0.3, 0.7, 0.9, 0.2, 0.1, 0.8])    # P(a), then P(b | a) as (b, a)
->>> loglik, counts = plan.expected_counts(theta, np.array([[1], [1]]), ["b"])
+>>> loglik, counts, tree_rows = plan.expected_counts(theta, np.array([[1], [1]]), ["b"])
 >>> round(float(np.exp(loglik / 2)), 6)                  # P(b=1) = 0.3 * 0.1 + 0.7 * 0.8
 0.59
 >>> counts[:2].round(4)                                  # expected counts of a: 2 P(a | b=1)
@@ -319,7 +319,8 @@ class FamilyPlan:
     parents
         Variable -> its parents, in the order of its table's axes after the variable.
     structure
-        Junction tree for the fallback path (built from the families if not given).
+        Junction tree for the fallback path (built from the families on first use if not given:
+        when every row can be enumerated, no triangulation is done at all).
     enumeration_limit
         Largest enumeration cost (sum over independent groups of ``|states| x families evaluated``)
         of a row; costlier rows go to the junction tree (default: an eighth of the tree's cells plus
@@ -363,17 +364,31 @@ class FamilyPlan:
         ).astype(np.int64) if sizes else np.zeros(0, dtype=np.int64)
         self.n_columns = int(column_offset[-1])
         self.column_states = np.repeat(card, column_sizes).astype(float)
-        self.structure = structure or build_tree(self.variables, self.cardinalities, self.families)
-        self.layout = _layout(self.structure, self.variables, self.cardinalities)
-        self._clique_maps()
+        self._structure = structure
         # a row's enumeration costs ~ sum over groups of |states| x families evaluated; a propagation
-        # ~ the cells plus a fixed cost per clique. Measured at 1e5 rows (s per pass, tree only ->
-        # this default): alarm, 2 latent + 20% missing, 0.36 -> 0.31 (limit 150-300 best, 2000: 0.52);
-        # alarm, 1 latent: 0.15 -> 0.036; 20-item latent class model, 20% missing: 0.11 -> 0.10
-        default = (self.total_table_size + 64 * len(self.structure.cliques)) // 8
+        # ~ the tree's cells (at least the families' cells) plus a fixed cost per clique (at most one
+        # per family). Measured at 1e5 rows (s per pass, tree only -> this default): alarm, 2 latent
+        # + 20% missing, 0.36 -> 0.31 (limit 150-300 best, 2000: 0.52); alarm, 1 latent: 0.15 ->
+        # 0.036; 20-item latent class model, 20% missing: 0.11 -> 0.10
+        default = (self.n_cells + 64 * len(self.variables)) // 8
         self.enumeration_limit = (min(max(16, default), 1 << 16) if enumeration_limit is None
                                   else int(enumeration_limit))
         self.token = uuid.uuid4().hex
+
+    @property
+    def structure(self) -> TreeStructure:
+        """The junction tree of the fallback path, triangulated on first use."""
+        if self._structure is None:
+            self._structure = build_tree(self.variables, self.cardinalities, self.families)
+        if "layout" not in self.__dict__:
+            self.layout = _layout(self._structure, self.variables, self.cardinalities)
+            self._clique_maps()
+        return self._structure
+
+    @property
+    def has_tree(self) -> bool:
+        """Whether the junction tree has been built (only rows too costly to enumerate need it)."""
+        return self._structure is not None
 
     def _clique_maps(self) -> None:
         """Factor cell of each clique cell (initial tables), and clique cell -> family cell (counts)."""
@@ -401,9 +416,24 @@ class FamilyPlan:
         shape = [self.cardinalities[v] for v in family]
         return np.ravel_multi_index([coordinates[clique.index(v)] for v in family], shape).astype(np.int64)
 
+    _DERIVED = ("layout", "base_cell", "base_source", "count_read", "count_write")
+
+    def __getstate__(self) -> dict:
+        # the tree's index maps travel only when small (alarm: ~90 KB in all); a large tree's are
+        # rebuilt on arrival (water's would be ~100 MB)
+        state = dict(self.__dict__)
+        if self.has_tree and self.total_table_size > 1 << 16:
+            for name in self._DERIVED:
+                state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
     @property
     def total_table_size(self) -> int:
         """Cells of the fallback junction tree's clique tables."""
+        self.structure  # noqa: B018 (builds the tree and its index maps)
         return int(self.layout["clique_offset"][-1])
 
     # -- parameters as one flat vector -------------------------------------------------------
@@ -435,7 +465,7 @@ class FamilyPlan:
         tops = np.maximum.reduceat(theta, self.family_offset[:-1]) if self.n_cells else np.zeros(0)
         tops = np.where(tops > 0, tops, 1.0)
         scaled = theta / np.repeat(tops, np.diff(self.family_offset))
-        base = np.ones(self.total_table_size)
+        base = np.ones(int(self.layout["clique_offset"][-1]))
         _clique_base(scaled, self.base_source, self.base_cell, base)
         return base, float(np.log(tops).sum())
 
@@ -446,6 +476,7 @@ class FamilyPlan:
         if not len(codes):
             return 0.0, counts
         patterns, pattern_weights, _ = _unique_rows(codes, weights, [int(self.card[v]) for v in column_var])
+        self.structure  # noqa: B018 (builds the tree and its index maps on first use)
         base, base_log = self._base(theta)
         lay = self.layout
         totals = np.zeros_like(base)
@@ -465,8 +496,8 @@ class FamilyPlan:
         return loglik, counts
 
     def expected_counts(self, theta: np.ndarray, codes: np.ndarray, variables: Sequence[str],
-                        weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-        """Weighted log-likelihood and expected family counts (flat, the layout of ``θ``) of the rows.
+                        weights: np.ndarray | None = None) -> tuple[float, np.ndarray, float]:
+        """Weighted log-likelihood, expected family counts (flat, the layout of ``θ``), rows through the tree.
 
         Parameters
         ----------
@@ -500,7 +531,7 @@ class FamilyPlan:
                 theta, codes[rest].astype(np.int64), column_var, weights[rest])
             loglik += tree_loglik
             counts += tree_counts
-        return float(loglik), counts
+        return float(loglik), counts, float(fallback.sum())
 
 
 class FamilyParameters:
@@ -514,7 +545,7 @@ class FamilyParameters:
         self.theta = theta
 
     def expected_counts(self, codes: np.ndarray, variables: Sequence[str],
-                        weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+                        weights: np.ndarray | None = None) -> tuple[float, np.ndarray, float]:
         """See :meth:`FamilyPlan.expected_counts`."""
         return self.plan.expected_counts(self.theta, codes, variables, weights)
 
