@@ -135,7 +135,7 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
             results = expected_counts(data, [FamilyParameters(plan, t) for t in thetas], observed, client=client,
                                       progress=progress)
         if any(tree_rows for _, _, tree_rows in results) and not plan.has_tree:
-            plan.structure  # noqa: B018 (triangulate once here, so later passes ship the tree)
+            plan.build_tree()  # once, here: later passes ship it instead of each worker building it
         return [(loglik, counts) for loglik, counts, _ in results]
 
     def mstep(theta: np.ndarray, counts: np.ndarray) -> np.ndarray:
