@@ -17,7 +17,10 @@ in memory (no client, one process) and from Zarr on a 2-worker LocalCluster
 (median of ``history`` increments after the first), E-step rows/s per core
 (N / steady-state seconds / cores), passes, the cluster's total worker memory
 (``distributed.diagnostics.MemorySampler``, process RSS, peak and baseline) and the
-largest per-iteration log-likelihood difference between in-memory and cluster.
+largest per-iteration log-likelihood difference between in-memory and cluster. On the
+cluster it also times the floor of a pass over the same store (a no-op kernel through
+``dpgm.stats.engine.map_reduce``: Zarr reads, scheduling, the reduction tree) and the
+construction of one pass's task graph, so steady minus floor is the E step's own cost.
 
 Part 2, peers, same data and same run. pgmpy's ``ExpectationMaximization`` drops
 every row with a missing value, so the peer case is **alarm1**: alarm with only
@@ -88,8 +91,12 @@ def _cases():
     }
 
 
+def _chunk_rows(n: int) -> int:
+    return int(min(max(n // 8, 1000), 500_000))
+
+
 def _store(name: str, case: dict, n: int, client) -> Path:
-    chunk_rows = int(min(max(n // 8, 1000), 500_000))
+    chunk_rows = _chunk_rows(n)
     path = STORE / f"em_{name}_{n:.0e}_seed1_m{MISSING}_c{chunk_rows}.zarr".replace("+", "")
     if not (path / ".done").exists():
         dpgm.sample_bayesian_network(case["truth"], n, path, seed=1, missing=MISSING,
@@ -103,12 +110,37 @@ def _fit(model, data, iterations: int, client=None):
     result = dpgm.fit(model, data, method="em", n_init=1, random_state=0, tol=0,
                       max_iter=iterations, client=client)
     wall = time.perf_counter() - start
+    tree_width = result.info.get("tree_width")
     cumulative = [h["seconds"] for h in result.history]
     steps = np.diff([0.0] + cumulative)
     steady = float(np.median(steps[1:])) if len(steps) > 1 else float(steps[0])
     return {"seconds_per_iter": wall / iterations, "steady_seconds_per_iter": steady,
-            "first_iter_seconds": float(steps[0]), "passes": result.passes,
+            "first_iter_seconds": float(steps[0]), "passes": result.passes, "tree_width": tree_width,
             "_loglik": np.array([h["loglik"] for h in result.history])}
+
+
+def _noop(index, columns, shared):
+    return np.zeros(1)
+
+
+def _noop_pass(data, client) -> dict:
+    """The cluster's floor per pass on the same store: graph build and one pass of a no-op kernel
+    (Zarr reads of the same columns, scheduling, the tree reduction), median of 3."""
+    from dpgm.cluster import compute
+    from dpgm.data.columns import zarr_columns
+    from dpgm.stats.engine import map_reduce
+
+    columns = list(data.data_vars)
+    arrays = zarr_columns(data, columns) or {v: data[v].data for v in columns}
+    builds, passes = [], []
+    for i in range(3):
+        start = time.perf_counter()
+        lazy = map_reduce(arrays, _noop, name="bench-noop", shared=np.full(4, float(i)))
+        built = time.perf_counter()
+        compute(lazy, client=client)
+        builds.append(built - start)
+        passes.append(time.perf_counter() - built)
+    return {"graph_build_s": statistics.median(builds), "noop_pass_s": statistics.median(passes)}
 
 
 def scaling(sizes: list[int], iterations: int) -> list[dict]:
@@ -121,18 +153,22 @@ def scaling(sizes: list[int], iterations: int) -> list[dict]:
         for n in sizes:
             for name, case in cases.items():
                 path = _store(name, case, n, client)
-                row = {"case": name, "rows": n, "iterations": iterations}
+                row = {"case": name, "rows": n, "iterations": iterations, "chunk_rows": _chunk_rows(n)}
                 sampler = MemorySampler()
                 with sampler.sample("fit", client=client, measure="process", interval=0.1):
                     row["dpgm_cluster"] = _fit(
                         case["model"], dpgm.open_dataset(path).drop_vars(case["latent"]),
                         iterations, client=client)
+                row["dpgm_cluster"].update(_noop_pass(dpgm.open_dataset(path).drop_vars(case["latent"]), client))
                 memory = sampler.to_pandas()["fit"] / 2**20
                 row["dpgm_cluster"].update(cores=2, workers_rss_peak_mb=float(memory.max()),
                                            workers_rss_start_mb=float(memory.iloc[0]))
                 local = dpgm.open_dataset(path).drop_vars(case["latent"]).load()
                 row["dpgm_in_memory"] = _fit(case["model"], local, iterations)
-                row["dpgm_in_memory"]["cores"] = 1
+                # in-memory passes run a thread per core once there are >= 2 slices of MIN_THREAD_ROWS
+                from dpgm.stats.engine import MIN_THREAD_ROWS
+
+                row["dpgm_in_memory"]["cores"] = min(os.cpu_count() or 1, max(n // MIN_THREAD_ROWS, 1))
                 a, b = row["dpgm_in_memory"]["_loglik"], row["dpgm_cluster"]["_loglik"]
                 rel = float(np.max(np.abs(a - b) / np.abs(a)))
                 row["loglik_max_rel_diff_cluster_vs_memory"] = rel
@@ -244,8 +280,8 @@ def _plot(report: dict, path: Path) -> None:
             ax.loglog(xs, [r[key]["seconds_per_iter"] for r in rows], marker + style, label=label)
             rate.semilogx(xs, [r[key]["rows_per_s_per_core"] / 1e3 for r in rows], marker + style,
                           label=label)
-        mem.semilogx(xs, [r["dpgm_cluster"]["workers_rss_peak_mb"] for r in rows], marker + "-",
-                     label=f"{case} peak")
+        mem.semilogx(xs, [r["dpgm_cluster"]["workers_rss_peak_mb"] - r["dpgm_cluster"]["workers_rss_start_mb"]
+                          for r in rows], marker + "-", label=f"{case} peak - start of fit")
     for peer, marker in (("pgmpy", "^"), ("pyagrum", "v"), ("dpgm", "x")):
         rows = [r for r in report["peers"] if r["case"] == "alarm1" and f"{peer}_per_iter" in r]
         ax.loglog([r["rows"] for r in rows], [r[f"{peer}_per_iter"] for r in rows], marker + ":",
@@ -257,7 +293,8 @@ def _plot(report: dict, path: Path) -> None:
     rate.set_ylabel("E-step k rows / s / core (steady state)")
     rate.legend(fontsize=7)
     mem.set_xlabel("rows")
-    mem.set_ylabel("2 workers' total RSS, MB (MemorySampler)")
+    mem.set_ylabel("2 workers' RSS growth during the fit, MB")
+    mem.set_title(f"chunks of min(N/8, {_chunk_rows(10**9):,}) rows", fontsize=9)
     mem.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -268,18 +305,24 @@ def _markdown(report: dict) -> str:
              f"K = {report['iterations']} iterations, no early stop; "
              "BLAS/numba pinned to 1 thread; "
              "2-core shared machine. s/it = fit wall time / K (setup included); steady = median "
-             "per-iteration time after the first (from `result.history`); rows/s/core from steady.",
+             "per-iteration time after the first (from `result.history`); rows/s/core from steady "
+             "(in memory: one thread per core from 2 x 65,536 rows, else one core).",
              "", "## dpgm scaling (alarm2: 2 latent + 20% MCAR; "
              "lcm20: 20 items, 3 classes, 20% MCAR)",
-             "", "| case | N | mem s/it | mem steady | cluster s/it | cluster steady | "
-             "rows/s/core mem | rows/s/core cluster | workers RSS start / peak MB | "
-             "loglik rel diff |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "", "cluster floor = one pass of a no-op kernel over the same store on the same cluster "
+             "(Zarr reads, scheduling, reduction; median of 3); graph = building the pass's task graph.",
+             "", "| case | N | chunk rows | mem s/it | mem steady | cluster s/it | cluster steady | "
+             "cluster floor | graph ms | rows/s/core mem | rows/s/core cluster | "
+             "workers RSS start / peak MB | loglik rel diff |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["scaling"]:
         m, c = r["dpgm_in_memory"], r["dpgm_cluster"]
         lines.append(
-            f"| {r['case']} | {r['rows']:.0e} | {m['seconds_per_iter']:.3f} | "
+            f"| {r['case']} | {r['rows']:.0e} | {r.get('chunk_rows', _chunk_rows(r['rows'])):,} | "
+            f"{m['seconds_per_iter']:.3f} | "
             f"{m['steady_seconds_per_iter']:.3f} | {c['seconds_per_iter']:.3f} | "
-            f"{c['steady_seconds_per_iter']:.3f} | {m['rows_per_s_per_core']:.3g} | "
+            f"{c['steady_seconds_per_iter']:.3f} | {c['noop_pass_s']:.3f} | {1e3 * c['graph_build_s']:.1f} | "
+            f"{m['rows_per_s_per_core']:.3g} | "
             f"{c['rows_per_s_per_core']:.3g} | {c['workers_rss_start_mb']:.0f} / "
             f"{c['workers_rss_peak_mb']:.0f} | {r['loglik_max_rel_diff_cluster_vs_memory']:.1e} |")
     lines += ["", "## Peers (same rows, same run; dpgm in memory, median of 3)", "",
