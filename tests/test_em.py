@@ -148,7 +148,7 @@ def test_predict_proba_equals_bayes_rule_and_is_written_back(tmp_path, client):
     dpgm.sample_bayesian_network(truth, 3000, tmp_path / "d.zarr", seed=8, missing=0.1, chunk_rows=700,
                                  client=client)
     ds = dpgm.open_dataset(tmp_path / "d.zarr").drop_vars("class")
-    fitted = dpgm.fit(dpgm.latent_class_model(QUESTIONS, 3), ds, method="em", random_state=0, tol=1e-8,
+    fitted = dpgm.fit(dpgm.latent_class_model(QUESTIONS, 3), ds, method="em", random_state=0, tol=1e-6,
                       max_iter=500, client=client).model
     fitted.save(tmp_path / "m.zarr")
     proba = dpgm.predict_proba(fitted, ds, "class").values
@@ -326,3 +326,21 @@ def test_bayesian_network_em_resumed_from_a_checkpoint_equals_uninterrupted(tmp_
     assert [h["loglik"] for h in resumed.history] == [h["loglik"] for h in full.history]
     for v in truth.variables:
         np.testing.assert_array_equal(resumed.model.cpds[v].values, full.model.cpds[v].values)
+
+
+def test_em_results_count_rows_and_weights_for_aic_and_bic():
+    """n_rows is the rows (or total weight) EM saw; AIC and BIC follow their definitions."""
+    import math
+
+    truth = dpgm.load_network("asia")
+    data = dpgm.sample_bayesian_network(truth, 1500, seed=3).drop_vars("tub")
+    plain = dpgm.fit(truth, data, method="em", random_state=0, tol=1e-6, max_iter=1000)
+    assert plain.n_rows == 1500
+    k = plain.n_params
+    assert plain.aic == pytest.approx(-2 * plain.loglik + 2 * k, rel=1e-15)
+    assert plain.bic == pytest.approx(-2 * plain.loglik + k * math.log(1500), rel=1e-15)
+    weights = np.random.default_rng(1).integers(1, 4, 1500).astype(float)
+    weighted = dpgm.fit(truth, data.assign(weight=("row", weights)), method="em", random_state=0, tol=1e-6,
+                        max_iter=1000)
+    assert weighted.n_rows == weights.sum()
+    assert weighted.bic == pytest.approx(-2 * weighted.loglik + k * math.log(weights.sum()), rel=1e-15)

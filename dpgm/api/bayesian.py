@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
-from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist
+from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.errors import DataError
 from dpgm.fit.bayesian import PRIORS, bayesian_network_estimate, result_for
 from dpgm.fit.goodness import deviance_and_pearson
@@ -149,7 +149,7 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
                checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
     from dpgm.fit.bayesian import n_free_parameters
 
-    result = em_result(state, "em", n_params=n_free_parameters(model))
+    result = em_result(state, "em", n_params=n_free_parameters(model), n_rows=total_rows(data, client))
     result.info["latent"] = latent
     result.info["tree_width"] = plan.structure.width if plan.has_tree else None  # None: no row needed the tree
     return result

@@ -25,7 +25,11 @@ def event_callback(client, callback):
     return report
 
 
-def initial_models(model, n_init: int, random_state, init):
+def initial_models(model, n_init: int, random_state, init, randomize=None):
+    """Starting models: the given one (``init="model"``) or ``n_init`` random draws.
+
+    ``randomize(model, rng)`` draws one start (default ``model.randomized(rng)``).
+    """
     if init == "model":
         if n_init != 1:
             raise ValueError("init='model' starts from the given parameters: n_init must be 1")
@@ -35,7 +39,9 @@ def initial_models(model, n_init: int, random_state, init):
     if n_init < 1:
         raise ValueError(f"n_init must be at least 1, got {n_init!r}")
     rng = np.random.default_rng(random_state)
-    return [model.randomized(rng) for _ in range(n_init)]
+    if randomize is None:
+        return [model.randomized(rng) for _ in range(n_init)]
+    return [randomize(model, rng) for _ in range(n_init)]
 
 
 def maybe_persist(data, variables, persist: bool, client):
@@ -47,7 +53,18 @@ def maybe_persist(data, variables, persist: bool, client):
     return subset.persist()
 
 
-def em_result(state, method: str, n_params: int) -> FitResult:
+def total_rows(data, client) -> float:
+    """Rows of the data, or their total weight (one read of the ``weight`` column)."""
+    from dpgm.cluster import compute
+
+    if isinstance(data, xr.DataArray):
+        return float(data.sum())
+    if "weight" in data.variables:
+        return float(compute(data["weight"].data.sum(), client=client))
+    return float(data.sizes["row"])
+
+
+def em_result(state, method: str, n_params: int, n_rows: float) -> FitResult:
     import warnings
 
     from dpgm.errors import ConvergenceWarning
@@ -56,7 +73,7 @@ def em_result(state, method: str, n_params: int) -> FitResult:
     history = state.histories[best]
     result = FitResult(
         model=state.models[best], method=method, loglik=history[-1]["loglik"], converged=state.converged[best],
-        n_iter=len(history), n_rows=float("nan"), n_params=n_params, history=history, passes=state.passes,
+        n_iter=len(history), n_rows=n_rows, n_params=n_params, history=history, passes=state.passes,
         info={"restart": best, "restart_logliks": [h[-1]["loglik"] for h in state.histories],
               "restart_histories": state.histories},
     )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpgm.api.checks import data_states
-from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist
+from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.errors import DataError
 from dpgm.fit.result import FitResult
 from dpgm.models.hmm import HiddenMarkovModel
@@ -44,7 +44,8 @@ def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, 
     starts = initial_models(model, n_init, random_state, init)
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
                checkpoint=checkpoint, resume=resume)
-    return em_result(state, "em", n_params=model.n_states * (model.n_states + model.emission.shape[1] - 1) - 1)
+    n_params = model.n_states * (model.n_states + model.emission.shape[1] - 1) - 1
+    return em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))
 
 
 def _normalize(counts: np.ndarray, previous: np.ndarray) -> np.ndarray:

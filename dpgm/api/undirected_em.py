@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpgm.api.checks import check_variables, data_states
-from dpgm.api.em_control import em_result, event_callback, maybe_persist
+from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.api.log_linear import engine_for
 from dpgm.errors import DataError
 from dpgm.fit.gis import gis
@@ -77,30 +77,22 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         theta, *_ = gis(features, empirical, engine, theta=current.theta(order), max_iter=inner_iter, tol=0.0)
         return current.with_weights(order, theta)
 
-    starts = _initial_undirected(model, n_init, random_state, init)
+    starts = initial_models(model, n_init, random_state, init, randomize=_perturbed)
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
                checkpoint=checkpoint, resume=resume)
     n_params = (LogLinearModel.from_margins(model.scopes, model.states).n_free_parameters() if markov
                 else model.n_free_parameters())
-    result = em_result(state, "em", n_params=n_params)
+    result = em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))
     result.info["latent"] = [v for v in model.variables if v not in states]
     result.info["m_step"] = m_step
     return result
 
 
-def _initial_undirected(model, n_init: int, random_state, init):
-    if init == "model":
-        if n_init != 1:
-            raise ValueError("init='model' starts from the given parameters: n_init must be 1")
-        return [model]
-    rng = np.random.default_rng(random_state)
-    starts = []
-    for _ in range(n_init):
-        if isinstance(model, MarkovNetwork):
-            starts.append(model.with_log_potentials(
-                {s: np.log(model.potentials[s].values) + rng.normal(0, 1, model.potentials[s].shape)
-                 for s in model.scopes}))
-        else:
-            features, order = model.feature_set()
-            starts.append(model.with_weights(order, model.theta(order) + rng.normal(0, 1, len(order))))
-    return starts
+def _perturbed(model, rng: np.random.Generator):
+    """A random start: standard normal noise added to every log-potential or weight."""
+    if isinstance(model, MarkovNetwork):
+        return model.with_log_potentials(
+            {s: np.log(model.potentials[s].values) + rng.normal(0, 1, model.potentials[s].shape)
+             for s in model.scopes})
+    features, order = model.feature_set()
+    return model.with_weights(order, model.theta(order) + rng.normal(0, 1, len(order)))
