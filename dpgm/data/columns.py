@@ -21,7 +21,6 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -255,8 +254,43 @@ def _local_path(path: str) -> str | None:
     return None if "://" in path else path
 
 
-@lru_cache(maxsize=16)
 def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None]]:
+    """The store's arrays and direct readers, opened once per process and store version.
+
+    Every ``open_dataset`` gives its store a new token, so a cache keyed by the token
+    alone made each worker open every array's metadata again on each new pass (~20 ms
+    for 37 columns). A local store is keyed instead by its path and the identity
+    (inode, size, mtime) of its metadata files: the same files reuse the opened
+    arrays, a rewritten store is opened anew. Other stores stay keyed by the token.
+    """
+    root = _local_path(store.path)
+    version = _metadata_version(root, variables) if root is not None else None
+    key = (root, variables, version) if version is not None else (store.token, variables)
+    with _OPENED_LOCK:
+        opened = _OPENED.pop(key, None)
+    if opened is None:
+        opened = _open(store, variables)
+    with _OPENED_LOCK:
+        _OPENED[key] = opened  # most recently used last
+        while len(_OPENED) > 16:
+            del _OPENED[next(iter(_OPENED))]
+    return opened
+
+
+def _metadata_version(root: str, variables: tuple[str, ...]) -> tuple | None:
+    try:
+        stats = [os.stat(os.path.join(root, "zarr.json"))]
+        stats += [os.stat(os.path.join(root, v, "zarr.json")) for v in variables]
+    except OSError:
+        return None
+    return tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
+
+
+_OPENED: dict[tuple, tuple[list, list]] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def _open(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list]:
     import zarr.api.asynchronous as zarr_async
     from zarr.core.sync import sync
 
