@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from dpgm.api.checks import check_variables, data_states
@@ -15,24 +13,21 @@ from dpgm.fit.result import FitResult
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 
-if TYPE_CHECKING:
-    pass
-
-
-def _undirected_factors(model) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    if isinstance(model, MarkovNetwork):
-        return [(s, model.potentials[s].values) for s in model.scopes]
-    return [(s, np.exp(t.values)) for s, t in model.log_potentials().items()]
-
 
 def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback, m_step: str | None = None,
-                       inner_iter: int = 5, n_init: int = 1, random_state=None, init=None, checkpoint=None,
-                       resume=None, persist: bool = False) -> FitResult:
-    """EM for Markov networks (IPF M step) and log-linear models (GIS M step), warm-started inner loops."""
+                      inner_iter: int = 5, n_init: int = 1, random_state=None, init=None, checkpoint=None,
+                      resume=None, persist: bool = False) -> FitResult:
+    """EM for Markov networks (IPF M step) and log-linear models (GIS M step), warm-started inner loops.
+
+    The loop runs on arrays (log-potentials by scope, or the weight vector); the
+    junction tree's triangulation and the features are built once, and labels are
+    attached only for checkpoints and the result.
+    """
     from dpgm.cluster import current_client, iteration_span
     from dpgm.fit.em import em
     from dpgm.fit.tree_ipf import tree_ipf
     from dpgm.inference.evidence import BatchedTree
+    from dpgm.inference.triangulation import build_tree
     from dpgm.stats.expected import expected_counts
 
     markov = isinstance(model, MarkovNetwork)
@@ -45,13 +40,39 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     check_variables(observed, model.states, states)
     cards = {v: len(model.states[v]) for v in model.variables}
-    structure = BatchedTree(model.variables, cards, _undirected_factors(model)).structure
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
     empty = np.zeros((1, 0), dtype=np.int64)
+    if markov:
+        scopes = list(model.scopes)
 
-    def estep(models, iteration):
-        trees = [BatchedTree(model.variables, cards, _undirected_factors(m), structure) for m in models]
+        def from_model(network: MarkovNetwork) -> dict:
+            with np.errstate(divide="ignore"):
+                return {s: np.log(network.potentials[s].values) for s in scopes}
+
+        def to_model(log_potentials: dict) -> MarkovNetwork:
+            return model.with_log_potentials(log_potentials)
+
+        def log_tables(log_potentials: dict) -> dict:
+            return log_potentials
+    else:
+        features, order = model.feature_set()
+        scopes = list(features.scopes)
+        engine = engine_for(model.variables, {v: model.states[v] for v in model.variables})
+
+        def from_model(loglinear: LogLinearModel) -> np.ndarray:
+            return loglinear.theta(order)
+
+        def to_model(theta: np.ndarray) -> LogLinearModel:
+            return model.with_weights(order, theta)
+
+        def log_tables(theta: np.ndarray) -> dict:
+            return features.log_potentials(theta)
+    structure = build_tree(model.variables, cards, scopes)
+
+    def estep(parameters, iteration):
+        trees = [BatchedTree(model.variables, cards, [(s, np.exp(t)) for s, t in log_tables(p).items()], structure)
+                 for p in parameters]
         with iteration_span("dpgm-em", iteration):
             results = expected_counts(data, trees, observed, client=client, progress=progress)
         out = []
@@ -63,23 +84,17 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
 
     def mstep(current, statistics):
         tree, clique_counts, n = statistics
+        targets = tree.family_counts(clique_counts, scopes)
         if markov:
-            scopes = current.scopes
-            targets = tree.family_counts(clique_counts, scopes)
-            with np.errstate(divide="ignore"):
-                start = {s: np.log(current.potentials[s].values) for s in scopes}
-            state = tree_ipf(targets, current.variables, cards, init=start, max_iter=inner_iter, tol=0.0)
-            return current.with_log_potentials(state.log_potentials)
-        features, order = current.feature_set()
-        targets = tree.family_counts(clique_counts, features.scopes)
+            return tree_ipf(targets, model.variables, cards, init=current, max_iter=inner_iter, tol=0.0,
+                            structure=structure).log_potentials
         empirical = features.expectations(targets) / n
-        engine = engine_for(current.variables, {v: current.states[v] for v in current.variables})
-        theta, *_ = gis(features, empirical, engine, theta=current.theta(order), max_iter=inner_iter, tol=0.0)
-        return current.with_weights(order, theta)
+        theta, *_ = gis(features, empirical, engine, theta=current, max_iter=inner_iter, tol=0.0)
+        return theta
 
-    starts = initial_models(model, n_init, random_state, init, randomize=_perturbed)
+    starts = [from_model(m) for m in initial_models(model, n_init, random_state, init, randomize=_perturbed)]
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
-               checkpoint=checkpoint, resume=resume)
+               checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
     n_params = (LogLinearModel.from_margins(model.scopes, model.states).n_free_parameters() if markov
                 else model.n_free_parameters())
     result = em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))

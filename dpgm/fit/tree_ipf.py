@@ -32,8 +32,8 @@ __all__ = ["tree_ipf"]
 
 
 class _HuginTree:
-    def __init__(self, variables, cards, scopes, log_potentials):
-        self.structure = build_tree(variables, cards, scopes)
+    def __init__(self, variables, cards, scopes, log_potentials, structure=None):
+        self.structure = structure if structure is not None else build_tree(variables, cards, scopes)
         factors = [(s, np.exp(log_potentials[s])) for s in scopes]
         tree = BatchedTree(variables, cards, factors, self.structure)
         self.log_z, clique_tables = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
@@ -78,6 +78,7 @@ def tree_ipf(
     tol: float = 1e-10,
     loglik_tol: float = 0.0,
     callback: Callable[[dict], None] | None = None,
+    structure=None,
 ) -> IPFState:
     """IPF with path-wise recalibration of a junction tree (see the module docstring).
 
@@ -97,13 +98,16 @@ def tree_ipf(
         times its absolute value (0, the default, turns this rule off).
     callback
         Called with each sweep's history record.
+    structure
+        A junction tree of ``scopes`` built earlier by ``build_tree`` (EM's M step
+        reuses one across iterations); built here if None.
     """
     scopes = list(counts)
     n = float(next(iter(counts.values())).sum()) if counts else 0.0
     targets = {s: np.asarray(counts[s], dtype=float) / n for s in scopes}
     log_potentials = {s: (np.zeros(np.shape(counts[s])) if init is None else np.array(init[s], dtype=float))
                       for s in scopes}
-    hugin = _HuginTree(variables, cardinalities, scopes, log_potentials)
+    hugin = _HuginTree(variables, cardinalities, scopes, log_potentials, structure)
     structure = hugin.structure
     home = dict(zip(scopes, structure.assignment, strict=True))
     preorder = list(reversed(structure.order))
