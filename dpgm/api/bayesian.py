@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,9 +13,6 @@ from dpgm.fit.bayesian import PRIORS, bayesian_network_estimate, result_for
 from dpgm.fit.goodness import deviance_and_pearson
 from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
-
-if TYPE_CHECKING:
-    pass
 
 
 def _bn_joint(model: BayesianNetwork, order: Sequence[str]) -> np.ndarray:

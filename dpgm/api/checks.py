@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import xarray as xr
 
@@ -12,9 +11,6 @@ from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.fit.goodness import MAX_SATURATED_CELLS
 from dpgm.stats.counts import Counts, counts
-
-if TYPE_CHECKING:
-    pass
 
 
 def data_states(data: xr.Dataset | xr.DataArray) -> dict[str, tuple[str, ...]]:

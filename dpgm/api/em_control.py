@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import xarray as xr
 
 from dpgm.fit.result import FitResult
-
-if TYPE_CHECKING:
-    pass
 
 
 def event_callback(client, callback):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from dpgm.api.checks import data_states
@@ -11,9 +9,6 @@ from dpgm.api.em_control import em_result, event_callback, initial_models, maybe
 from dpgm.errors import DataError
 from dpgm.fit.result import FitResult
 from dpgm.models.hmm import HiddenMarkovModel
-
-if TYPE_CHECKING:
-    pass
 
 
 def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
@@ -18,9 +17,6 @@ from dpgm.fit.gradient import lbfgs, newton, proximal_gradient
 from dpgm.fit.result import FitResult
 from dpgm.fit.tables import MAX_JOINT_CELLS, JointEngine, Scope, TreeEngine
 from dpgm.models.log_linear import LogLinearModel
-
-if TYPE_CHECKING:
-    pass
 
 
 def engine_for(variables: Sequence[str], states: dict, offsets: dict[Scope, np.ndarray] | None = None):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
@@ -17,10 +15,6 @@ from dpgm.fit.result import FitResult
 from dpgm.fit.tables import TreeEngine
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
-
-if TYPE_CHECKING:
-    pass
-
 
 _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
 

@@ -5,8 +5,9 @@ runs one distributed pass computing every active restart's expected statistics
 together, and ``mstep(model, statistics) -> model`` updates one restart on the
 driver. "Model" is whatever the two functions exchange: a labelled model, or
 raw parameter arrays with ``to_model`` / ``from_model`` converting at the edges
-(checkpoints, resume and the result), so the loop itself builds no labels. Each iteration's log-likelihood is that of the parameters the E step
-used; the model returned is the one whose log-likelihood is reported.
+(checkpoints, resume and the result), so the loop itself builds no labels. Each
+iteration's log-likelihood is that of the parameters the E step used; the model
+returned is the one whose log-likelihood is reported.
 
 Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|``. A converged
 restart leaves the pass; the loop ends when every restart has converged or

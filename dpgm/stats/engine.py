@@ -68,11 +68,8 @@ def _run_chunk(kernel: Kernel, index: int, shared: Any, names: tuple[str, ...], 
     return kernel(index, dict(zip(names, blocks, strict=True)), shared)
 
 
-def _run_zarr_chunk(kernel: Kernel, index: int, shared: Any, columns: Any, extra: dict[str, np.ndarray]):
-    data = columns.read(index)
-    if extra:  # a plain dict then (the chunk's scratch matrix, if any, is dropped)
-        data = data | extra
-    return kernel(index, data, shared)
+def _run_zarr_chunk(kernel: Kernel, index: int, shared: Any, columns: Any):
+    return kernel(index, columns.read(index), shared)
 
 
 def _reading_tasks(columns: Any, kernel: Kernel, shared: Any, name: str, token: str) -> list:
@@ -93,7 +90,7 @@ def _reading_tasks(columns: Any, kernel: Kernel, shared: Any, name: str, token: 
     layer: dict = {shared_name: DataNode(shared_name, shared)}
     for i in range(columns.n_chunks):
         layer[(map_name, i)] = Task((map_name, i), _run_zarr_chunk, kernel, i, TaskRef(shared_name), columns,
-                                    DataNode(None, {}), _data_producer=True)
+                                    _data_producer=True)
     graph = HighLevelGraph.from_collections(map_name, layer, dependencies=())
     return [Delayed((map_name, i), graph, layer=map_name) for i in range(columns.n_chunks)]
 
