@@ -145,6 +145,8 @@ def test_loglik_tol_stops_ipf_on_the_log_likelihood_change(titanic):
     assert result.g2 == pytest.approx(glm.deviance, rel=1e-6)
     with pytest.raises(ValueError, match="loglik_tol applies to method='ipf'"):
         dpgm.fit(model, table, method="gis", loglik_tol=1e-9)
+    with pytest.raises(ValueError, match="loglik_tol must be a nonnegative number, got -1"):
+        dpgm.fit(model, table, method="ipf", loglik_tol=-1)
 
 
 def test_zarr_on_cluster_equals_in_memory_table(tmp_path, client):

@@ -31,6 +31,8 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     check_variables(model.variables, model.states, states)
     scopes = model.scopes
     hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
+    if not loglik_tol >= 0:
+        raise ValueError(f"loglik_tol must be a nonnegative number, got {loglik_tol!r}")
     if loglik_tol and method != "ipf":
         raise ValueError(f"loglik_tol applies to method='ipf', not {method!r}")
     if method in ("gis", "lbfgs", "newton"):
