@@ -28,7 +28,11 @@ def _factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     if hasattr(model, "cpds"):
         return [(tuple(map(str, model.cpds[v].dims)), np.asarray(model.cpds[v].values)) for v in model.variables]
     if hasattr(model, "potentials"):
-        return [(tuple(s), np.asarray(model.potentials[s].values)) for s in model.potentials]
+        factors = [(tuple(s), np.asarray(model.potentials[s].values)) for s in model.potentials]
+        mask = model.structural_zeros
+        if mask is not None:  # the allowed cells' indicator, as the model defines it
+            factors.append((tuple(map(str, mask.dims)), (~np.asarray(mask.values, dtype=bool)).astype(float)))
+        return factors
     raise TypeError(f"expected a BayesianNetwork or MarkovNetwork, got {type(model).__name__}")
 
 

@@ -182,4 +182,6 @@ def test_markov_structural_zeros_match_glm_on_the_remaining_cells():
                   family=sm.families.Poisson()).fit(tol=1e-13)
     assert result.g2 == pytest.approx(glm.deviance, rel=1e-6)
     assert result.df == glm.df_resid == 4 and result.info["df_unadjusted"] == 8
-    assert np.all(result.model.potentials[("v0", "v1")].values[mask.values] == 0.0)
+    # the zeros are part of the fitted model: every query sees them
+    assert result.model.structural_zeros.equals(mask)
+    assert np.all(dpgm.marginal(result.model, ("v0", "v1")).values[mask.values] == 0.0)

@@ -9,13 +9,15 @@ import xarray as xr
 from dpgm.api.bayesian import bn_factors
 from dpgm.api.checks import check_variables, data_states
 from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.models.log_linear import LogLinearModel
+from dpgm.models.markov import MarkovNetwork
 
 if TYPE_CHECKING:
     from distributed import Client
 
 
 def predict_proba(
-    model: BayesianNetwork,
+    model: BayesianNetwork | MarkovNetwork | LogLinearModel,
     data: xr.Dataset,
     variable: str,
     *,
@@ -28,7 +30,8 @@ def predict_proba(
     Parameters
     ----------
     model
-        A fitted Bayesian network (e.g. a latent class model after EM).
+        A fitted Bayesian network (e.g. a latent class model after EM), Markov
+        network or log-linear model (its structural zeros applied).
     data
         The dataset; model variables absent from it (and ``-1`` values) are summed out.
     variable
@@ -56,17 +59,25 @@ def predict_proba(
     """
     from dpgm.data.io import add_variables
     from dpgm.inference.evidence import BatchedTree
+    from dpgm.inference.junction_tree import model_factors
     from dpgm.stats.posterior import posterior_map
 
-    if not isinstance(model, BayesianNetwork) or not model.is_parameterized:
-        raise TypeError("predict_proba needs a parameterized BayesianNetwork")
+    if isinstance(model, BayesianNetwork):
+        if not model.is_parameterized:
+            raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
+        factors = bn_factors(model)
+    elif isinstance(model, MarkovNetwork | LogLinearModel):
+        factors = model_factors(model)
+    else:
+        raise TypeError(f"predict_proba needs a BayesianNetwork, MarkovNetwork or LogLinearModel, "
+                        f"got {type(model).__name__}")
     if variable not in model.variables:
         raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
     states = data_states(data)
     observed = [v for v in model.variables if v in states and v != variable]
     check_variables(observed, model.states, states)
-    tree = BatchedTree(model.variables, {v: model.cardinality(v) for v in model.variables}, bn_factors(model))
-    values = posterior_map(data, tree, observed, variable, model.cardinality(variable))
+    tree = BatchedTree(model.variables, {v: len(model.states[v]) for v in model.variables}, factors)
+    values = posterior_map(data, tree, observed, variable, len(model.states[variable]))
     labels = list(model.states[variable])
     result = xr.DataArray(values, dims=("row", variable), coords={variable: labels},
                           name=name or f"{variable}_proba")

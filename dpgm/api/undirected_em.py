@@ -6,22 +6,25 @@ import numpy as np
 
 from dpgm.api.checks import check_variables, data_states
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
-from dpgm.api.log_linear import engine_for
+from dpgm.api.log_linear import engine_for, zero_offsets
 from dpgm.errors import DataError
 from dpgm.fit.gis import gis
 from dpgm.fit.result import FitResult
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
+from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
 
 
 def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback, m_step: str | None = None,
                       inner_iter: int = 5, n_init: int = 1, random_state=None, init=None, checkpoint=None,
-                      resume=None, persist: bool = False) -> FitResult:
+                      resume=None, persist: bool = False, structural_zeros=None) -> FitResult:
     """EM for Markov networks (IPF M step) and log-linear models (GIS M step), warm-started inner loops.
 
     The loop runs on arrays (log-potentials by scope, or the weight vector); the
     junction tree's triangulation and the features are built once, and labels are
-    attached only for checkpoints and the result.
+    attached only for checkpoints and the result. Structural zeros (the model's
+    and ``structural_zeros=``, over any variables, latent ones included) are a
+    fixed factor of every E step's tree and of the M step.
     """
     from dpgm.cluster import current_client, iteration_span
     from dpgm.fit.em import em
@@ -40,6 +43,11 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     check_variables(observed, model.states, states)
     cards = {v: len(model.states[v]) for v in model.variables}
+    zeros = merge_structural_zeros(model.structural_zeros,
+                                   check_structural_zeros(structural_zeros, model.variables, model.states),
+                                   model.variables)
+    model = model.with_structural_zeros(zeros)
+    fixed = zero_offsets(zeros)
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
     empty = np.zeros((1, 0), dtype=np.int64)
@@ -58,7 +66,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     else:
         features, order = model.feature_set()
         scopes = list(features.scopes)
-        engine = engine_for(model.variables, {v: model.states[v] for v in model.variables})
+        engine = engine_for(model.variables, {v: model.states[v] for v in model.variables}, fixed)
 
         def from_model(loglinear: LogLinearModel) -> np.ndarray:
             return loglinear.theta(order)
@@ -68,10 +76,12 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
 
         def log_tables(theta: np.ndarray) -> dict:
             return features.log_potentials(theta)
-    structure = build_tree(model.variables, cards, scopes)
+    structure = build_tree(model.variables, cards, [*scopes, *fixed])
+    fixed_factors = [(s, np.exp(t)) for s, t in fixed.items()]
 
     def estep(parameters, iteration):
-        trees = [BatchedTree(model.variables, cards, [(s, np.exp(t)) for s, t in log_tables(p).items()], structure)
+        trees = [BatchedTree(model.variables, cards,
+                             [(s, np.exp(t)) for s, t in log_tables(p).items()] + fixed_factors, structure)
                  for p in parameters]
         with iteration_span("dpgm-em", iteration):
             results = expected_counts(data, trees, observed, client=client, progress=progress)
@@ -87,7 +97,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         targets = tree.family_counts(clique_counts, scopes)
         if markov:
             return tree_ipf(targets, model.variables, cards, init=current, max_iter=inner_iter, tol=0.0,
-                            structure=structure).log_potentials
+                            structure=structure, fixed=fixed).log_potentials
         empirical = features.expectations(targets) / n
         theta, *_ = gis(features, empirical, engine, theta=current, max_iter=inner_iter, tol=0.0)
         return theta

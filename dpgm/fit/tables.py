@@ -53,21 +53,32 @@ class JointEngine:
         Variable order of the joint.
     cardinalities
         States per variable.
+    fixed
+        Log tables added to every call's potentials and never fitted (structural
+        zeros: ``-inf`` on the cells fixed at zero).
     """
 
-    def __init__(self, variables: Sequence[str], cardinalities: Mapping[str, int]):
+    def __init__(self, variables: Sequence[str], cardinalities: Mapping[str, int],
+                 fixed: Mapping[Scope, np.ndarray] | None = None):
         self.variables = tuple(variables)
         self.shape = tuple(int(cardinalities[v]) for v in self.variables)
+        self.fixed = dict(fixed or {})
         cells = math.prod(self.shape)
         if cells > MAX_JOINT_CELLS:
             raise ValueError(f"the joint table has {cells} cells, more than {MAX_JOINT_CELLS}; use a junction tree")
 
     def log_joint(self, log_potentials: Mapping[Scope, np.ndarray]) -> np.ndarray:
-        """The unnormalized log joint."""
+        """The unnormalized log joint (fixed tables included)."""
         total = np.zeros(self.shape)
-        for scope, table in log_potentials.items():
+        for scope, table in [*log_potentials.items(), *self.fixed.items()]:
             total = total + expand(table, scope, self.variables)
         return total
+
+    def zeros(self) -> np.ndarray | None:
+        """Boolean joint of the cells the fixed tables hold at zero (None without fixed tables)."""
+        if not self.fixed:
+            return None
+        return np.isneginf(self.log_joint({}))
 
     def __call__(
         self, log_potentials: Mapping[Scope, np.ndarray], scopes: Sequence[Scope]
@@ -107,12 +118,15 @@ class TreeEngine:
     """Marginals and log Z from one junction-tree calibration (models too large to enumerate).
 
     The triangulation is built once for the scopes it is first called with;
-    later calls reuse it with new tables.
+    later calls reuse it with new tables. ``fixed`` log tables (structural zeros)
+    join every call as extra factors on cliques that hold their scopes.
     """
 
-    def __init__(self, variables: Sequence[str], cardinalities: Mapping[str, int]):
+    def __init__(self, variables: Sequence[str], cardinalities: Mapping[str, int],
+                 fixed: Mapping[Scope, np.ndarray] | None = None):
         self.variables = tuple(variables)
         self.cardinalities = dict(cardinalities)
+        self.fixed = dict(fixed or {})
         self._tree = None
 
     def __call__(
@@ -120,7 +134,7 @@ class TreeEngine:
     ) -> tuple[dict[Scope, np.ndarray], float]:
         from dpgm.inference.evidence import BatchedTree
 
-        factors = [(s, np.exp(t)) for s, t in log_potentials.items()]
+        factors = [(s, np.exp(t)) for s, t in [*log_potentials.items(), *self.fixed.items()]]
         if self._tree is None or self._tree.scopes != [s for s, _ in factors]:
             self._tree = BatchedTree(self.variables, self.cardinalities, factors)
         else:

@@ -32,9 +32,11 @@ __all__ = ["tree_ipf"]
 
 
 class _HuginTree:
-    def __init__(self, variables, cards, scopes, log_potentials, structure=None):
-        self.structure = structure if structure is not None else build_tree(variables, cards, scopes)
-        factors = [(s, np.exp(log_potentials[s])) for s in scopes]
+    def __init__(self, variables, cards, scopes, log_potentials, structure=None, fixed=None):
+        fixed = list((fixed or {}).items())
+        self.structure = structure if structure is not None else build_tree(
+            variables, cards, [*scopes, *(s for s, _ in fixed)])
+        factors = [(s, np.exp(log_potentials[s])) for s in scopes] + [(s, np.exp(t)) for s, t in fixed]
         tree = BatchedTree(variables, cards, factors, self.structure)
         self.log_z, clique_tables = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
         self.beliefs = [np.array(clique_tables[c], dtype=float) for c in self.structure.cliques]
@@ -58,13 +60,18 @@ class _HuginTree:
         self.beliefs[target] = self.beliefs[target] * expand(ratio, shared, self.structure.cliques[target])
         self.separators[edge] = new
 
+    def ancestors(self, clique: int) -> list[int]:
+        """``clique`` and its ancestors up to its tree's root (the junction tree may be a forest)."""
+        up = [clique]
+        while self.structure.parent[up[-1]] >= 0:
+            up.append(self.structure.parent[up[-1]])
+        return up
+
     def path(self, a: int, b: int) -> list[int]:
-        up_a, up_b = [a], [b]
-        while self.structure.parent[up_a[-1]] >= 0:
-            up_a.append(self.structure.parent[up_a[-1]])
-        while self.structure.parent[up_b[-1]] >= 0:
-            up_b.append(self.structure.parent[up_b[-1]])
-        common = next(x for x in up_a if x in set(up_b))
+        """Cliques from ``a`` to ``b``, both in the same tree of the forest."""
+        up_a, up_b = self.ancestors(a), self.ancestors(b)
+        below_common = set(up_b)
+        common = next(x for x in up_a if x in below_common)
         return up_a[: up_a.index(common) + 1] + list(reversed(up_b[: up_b.index(common)]))
 
 
@@ -79,6 +86,7 @@ def tree_ipf(
     loglik_tol: float = 0.0,
     callback: Callable[[dict], None] | None = None,
     structure=None,
+    fixed: Mapping[Scope, np.ndarray] | None = None,
 ) -> IPFState:
     """IPF with path-wise recalibration of a junction tree (see the module docstring).
 
@@ -99,32 +107,43 @@ def tree_ipf(
     callback
         Called with each sweep's history record.
     structure
-        A junction tree of ``scopes`` built earlier by ``build_tree`` (EM's M step
-        reuses one across iterations); built here if None.
+        A junction tree of ``scopes`` (and the ``fixed`` scopes) built earlier by
+        ``build_tree`` (EM's M step reuses one across iterations); built here if None.
+    fixed
+        Log tables that stay as they are (structural zeros: ``-inf`` on the cells
+        fixed at zero, over any variables): IPF starts from them, as R's
+        ``loglin(start=)`` does, each on a clique that holds its scope.
+
+    Notes
+    -----
+    A model whose scopes do not form one connected graph has a junction forest:
+    each tree keeps its own calibrated position, and the path to the next scope
+    runs inside its tree only (the trees' tables are independent marginals).
     """
     scopes = list(counts)
     n = float(next(iter(counts.values())).sum()) if counts else 0.0
     targets = {s: np.asarray(counts[s], dtype=float) / n for s in scopes}
     log_potentials = {s: (np.zeros(np.shape(counts[s])) if init is None else np.array(init[s], dtype=float))
                       for s in scopes}
-    hugin = _HuginTree(variables, cardinalities, scopes, log_potentials, structure)
+    hugin = _HuginTree(variables, cardinalities, scopes, log_potentials, structure, fixed)
     structure = hugin.structure
-    home = dict(zip(scopes, structure.assignment, strict=True))
+    home = dict(zip(scopes, structure.assignment, strict=False))
     preorder = list(reversed(structure.order))
     scopes.sort(key=lambda s: preorder.index(home[s]))
     history: list[dict] = []
     start = time.perf_counter()
     converged = False
     iteration = 0
-    current = home[scopes[0]] if scopes else 0
+    root = {c: hugin.ancestors(c)[-1] for c in set(home.values())}
+    current = {root[c]: c for c in reversed([home[s] for s in scopes])}  # each tree's calibrated clique
     for iteration in range(1, max_iter + 1):
         error = 0.0
         for scope in scopes:
             clique = home[scope]
-            route = hugin.path(current, clique)
+            route = hugin.path(current[root[clique]], clique)
             for a, b in zip(route, route[1:], strict=False):
                 hugin.absorb(a, b)
-            current = clique
+            current[root[clique]] = clique
             marginal = reduce_to(hugin.beliefs[clique], structure.cliques[clique], scope)
             error = max(error, float(np.abs(marginal - targets[scope]).max()))
             log_ratio = _log_ratio(targets[scope], marginal)

@@ -37,7 +37,8 @@ def model_factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     """``(scope, table)`` of every factor of a model, in the model's order.
 
     A BayesianNetwork's CPDs (scope ``(variable, *parents)``), a MarkovNetwork's
-    potentials, or a LogLinearModel's exponentiated log potentials.
+    potentials, or a LogLinearModel's exponentiated log potentials; an undirected
+    model's structural zeros come last, as an indicator of the allowed cells.
     """
     from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.models.log_linear import LogLinearModel
@@ -49,12 +50,19 @@ def model_factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
         return [(tuple(map(str, model.cpds[v].dims)), np.asarray(model.cpds[v].values, dtype=float))
                 for v in model.variables]
     if isinstance(model, MarkovNetwork):
-        return [(s, np.asarray(model.potentials[s].values, dtype=float)) for s in model.scopes]
+        return [(s, np.asarray(model.potentials[s].values, dtype=float)) for s in model.scopes] + _zeros(model)
     if isinstance(model, LogLinearModel):
-        return [(s, np.exp(t.values)) for s, t in model.log_potentials().items()]
+        return [(s, np.exp(t.values)) for s, t in model.log_potentials().items()] + _zeros(model)
     raise TypeError(
         f"expected a BayesianNetwork, MarkovNetwork or LogLinearModel, got {type(model).__name__}"
     )
+
+
+def _zeros(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    mask = model.structural_zeros
+    if mask is None:
+        return []
+    return [(tuple(map(str, mask.dims)), (~np.asarray(mask.values, dtype=bool)).astype(float))]
 
 
 class JunctionTree:

@@ -137,6 +137,9 @@ def write_uai(model: Any, path: str | os.PathLike[str]) -> None:
     elif isinstance(model, MarkovNetwork):
         kind = "MARKOV"
         tables = [(s, model.potentials[s].values) for s in model.scopes]
+        if model.structural_zeros is not None:  # UAI has no zeros of its own: one more 0/1 factor
+            mask = model.structural_zeros
+            tables.append((tuple(map(str, mask.dims)), (~mask.values).astype(float)))
     else:
         raise TypeError(f"cannot write a {type(model).__name__} as UAI; expected a BayesianNetwork or MarkovNetwork")
     index = {v: i for i, v in enumerate(model.variables)}

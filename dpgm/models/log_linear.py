@@ -10,6 +10,7 @@ import numpy as np
 import xarray as xr
 
 from dpgm.fit.features import FeatureSet
+from dpgm.models.zeros import check_structural_zeros
 
 __all__ = ["LogLinearModel"]
 
@@ -24,6 +25,10 @@ class LogLinearModel:
         coords = state labels), nonnegative.
     weights
         Feature name -> ``theta_i`` (default 0; ``-inf`` forbids where ``f_i > 0``).
+    structural_zeros
+        Optional boolean ``DataArray`` over any of the variables: cells fixed at
+        probability zero (``True``), applied by every inference path and kept
+        through save/load (see :mod:`dpgm.models.zeros`).
 
     Examples
     --------
@@ -34,7 +39,8 @@ class LogLinearModel:
     [('a', 'b')]
     """
 
-    def __init__(self, features: Mapping[str, xr.DataArray], weights: Mapping[str, float] | None = None):
+    def __init__(self, features: Mapping[str, xr.DataArray], weights: Mapping[str, float] | None = None,
+                 structural_zeros: xr.DataArray | None = None):
         self.features: dict[str, xr.DataArray] = {}
         states: dict[str, tuple[str, ...]] = {}
         for name, table in features.items():
@@ -57,6 +63,7 @@ class LogLinearModel:
         self.states = states
         self.variables: tuple[str, ...] = tuple(states)
         self.margins: list[tuple[str, ...]] | None = None
+        self.structural_zeros = check_structural_zeros(structural_zeros, self.variables, states)
 
     @classmethod
     def from_margins(
@@ -111,7 +118,14 @@ class LogLinearModel:
 
     def with_weights(self, order: Sequence[str], theta: np.ndarray) -> LogLinearModel:
         """A copy with new weights."""
-        model = LogLinearModel(self.features, dict(zip(order, map(float, theta), strict=True)))
+        model = LogLinearModel(self.features, dict(zip(order, map(float, theta), strict=True)),
+                               self.structural_zeros)
+        model.margins = self.margins
+        return model
+
+    def with_structural_zeros(self, structural_zeros: xr.DataArray | None) -> LogLinearModel:
+        """A copy with the given structural-zero pattern (``None`` removes it)."""
+        model = LogLinearModel(self.features, self.weights, structural_zeros)
         model.margins = self.margins
         return model
 

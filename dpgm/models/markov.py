@@ -8,6 +8,7 @@ import numpy as np
 import xarray as xr
 
 from dpgm.data.schema import state_index
+from dpgm.models.zeros import check_structural_zeros
 
 __all__ = ["MarkovNetwork"]
 
@@ -19,6 +20,10 @@ class MarkovNetwork:
     ----------
     potentials
         Scope (tuple of variable names) -> nonnegative ``xarray.DataArray`` over it.
+    structural_zeros
+        Optional boolean ``DataArray`` over any of the variables: cells fixed at
+        probability zero (``True``), applied as one more factor by every inference
+        path and kept through save/load (see :mod:`dpgm.models.zeros`).
 
     Examples
     --------
@@ -27,7 +32,8 @@ class MarkovNetwork:
     ([('a', 'b'), ('b', 'c')], ('b', 'c'))
     """
 
-    def __init__(self, potentials: Mapping[Sequence[str], xr.DataArray]):
+    def __init__(self, potentials: Mapping[Sequence[str], xr.DataArray],
+                 structural_zeros: xr.DataArray | None = None):
         self.potentials: dict[tuple[str, ...], xr.DataArray] = {}
         states: dict[str, tuple[str, ...]] = {}
         for scope, table in potentials.items():
@@ -48,6 +54,7 @@ class MarkovNetwork:
             self.potentials[scope] = table.transpose(*scope).astype(float)
         self.states = states
         self.variables: tuple[str, ...] = tuple(states)
+        self.structural_zeros = check_structural_zeros(structural_zeros, self.variables, states)
 
     @classmethod
     def from_cliques(
@@ -77,7 +84,12 @@ class MarkovNetwork:
 
     def with_log_potentials(self, log_potentials: Mapping[tuple[str, ...], np.ndarray]) -> MarkovNetwork:
         """A copy whose potentials are ``exp`` of the given log tables (``-inf`` -> 0)."""
-        return MarkovNetwork({s: self.potentials[s].copy(data=np.exp(log_potentials[s])) for s in self.scopes})
+        return MarkovNetwork({s: self.potentials[s].copy(data=np.exp(log_potentials[s])) for s in self.scopes},
+                             self.structural_zeros)
+
+    def with_structural_zeros(self, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
+        """A copy with the given structural-zero pattern (``None`` removes it)."""
+        return MarkovNetwork(self.potentials, structural_zeros)
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group."""
@@ -86,4 +98,5 @@ class MarkovNetwork:
         save(self, path, mode=mode)
 
     def __repr__(self) -> str:
-        return f"MarkovNetwork({len(self.variables)} variables, {len(self.potentials)} potentials)"
+        zeros = "" if self.structural_zeros is None else f", {int(self.structural_zeros.sum())} structural zeros"
+        return f"MarkovNetwork({len(self.variables)} variables, {len(self.potentials)} potentials{zeros})"

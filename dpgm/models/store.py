@@ -106,11 +106,13 @@ def _register_builtin() -> None:
 
     def log_linear_tables(model: LogLinearModel) -> dict:
         weights = {name: (None if not np.isfinite(w) else w) for name, w in model.weights.items()}
-        return dict(model.features) | {"__attrs__": {"weights": weights, "margins": model.margins}}
+        return dict(model.features) | _zeros_table(model) | {"__attrs__": {"weights": weights,
+                                                                           "margins": model.margins}}
 
     def log_linear_build(tables: dict, attrs: dict) -> LogLinearModel:
         weights = {n: (-np.inf if w is None else w) for n, w in attrs["weights"].items()}
-        model = LogLinearModel(tables, weights)
+        zeros = _pop_zeros(tables)
+        model = LogLinearModel(tables, weights, zeros)
         model.margins = [tuple(m) for m in attrs["margins"]] if attrs.get("margins") else None
         return model
 
@@ -118,8 +120,26 @@ def _register_builtin() -> None:
 
     from dpgm.models.markov import MarkovNetwork
 
+    def markov_build(tables: dict, attrs: dict) -> MarkovNetwork:
+        zeros = _pop_zeros(tables)
+        return MarkovNetwork({tuple(k.split(",")): t for k, t in tables.items()}, zeros)
+
     register(
         MarkovNetwork,
-        lambda m: {",".join(s): t for s, t in m.potentials.items()},
-        lambda tables, attrs: MarkovNetwork({tuple(k.split(",")): t for k, t in tables.items()}),
+        lambda m: {",".join(s): t for s, t in m.potentials.items()} | _zeros_table(m),
+        markov_build,
     )
+
+
+_ZEROS_KEY = "__structural_zeros__"
+
+
+def _zeros_table(model: Any) -> dict:
+    """An undirected model's structural zeros as a 0/1 table (stored like every other table)."""
+    mask = model.structural_zeros
+    return {} if mask is None else {_ZEROS_KEY: mask.astype("float64")}
+
+
+def _pop_zeros(tables: dict) -> xr.DataArray | None:
+    mask = tables.pop(_ZEROS_KEY, None)
+    return None if mask is None else mask.astype(bool)
