@@ -97,6 +97,10 @@ def fit(
     >>> result.converged, result.n_params
     (True, 18)
     """
+    if method == "em" and isinstance(data, xr.DataArray):
+        from dpgm.data import from_table
+
+        data = from_table(data)  # EM reads rows: a table's cells become weighted rows
     if isinstance(model, BayesianNetwork):
         if method == "em":
             return fit_bayesian_network_em(model, data, tol=tol, max_iter=max_iter, client=client,
