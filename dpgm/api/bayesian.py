@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -9,7 +11,7 @@ import numpy as np
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.errors import DataError
-from dpgm.fit.bayesian import PRIORS, bayesian_network_estimate, result_for
+from dpgm.fit.bayesian import PRIORS, bayesian_network_estimate, log_marginal_likelihood, result_for
 from dpgm.fit.goodness import deviance_and_pearson
 from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
@@ -25,6 +27,17 @@ def _bn_joint(model: BayesianNetwork, order: Sequence[str]) -> np.ndarray:
     return np.einsum(",".join(subscripts) + "->" + "".join(letters[v] for v in order), *operands)
 
 
+def _check_prior(prior, equivalent_sample_size) -> None:
+    if prior is not None and prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
+    if prior != "BDeu":
+        return
+    if not isinstance(equivalent_sample_size, numbers.Real) or isinstance(equivalent_sample_size, bool):
+        raise TypeError(f"equivalent_sample_size must be a number, got {equivalent_sample_size!r}")
+    if not (math.isfinite(equivalent_sample_size) and equivalent_sample_size > 0):
+        raise ValueError(f"equivalent_sample_size must be finite and positive, got {equivalent_sample_size!r}")
+
+
 def fit_bayesian_network(model, data, method, *, client, progress, prior=None, equivalent_sample_size=5.0,
                           pseudo_counts=None, goodness_of_fit=True) -> FitResult:
     methods = ("mle", "bayes")
@@ -34,8 +47,7 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
         prior = "BDeu"
     if method == "mle" and prior is not None:
         method = "bayes"
-    if prior is not None and prior not in PRIORS:
-        raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
+    _check_prior(prior, equivalent_sample_size)
     states = data_states(data)
     check_variables(model.variables, model.states, states)
     families = model.families
@@ -46,7 +58,11 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
         model, tables, prior=prior, equivalent_sample_size=equivalent_sample_size,
         pseudo_counts_by_variable=pseudo_counts,
     )
-    result = result_for(estimate, tables, float(tables.n_rows), method, info)
+    score = None if prior is None else log_marginal_likelihood(
+        model, tables, prior=prior, equivalent_sample_size=equivalent_sample_size,
+        pseudo_counts_by_variable=pseudo_counts,
+    )  # the same family counts: no further pass over the data
+    result = result_for(estimate, tables, float(tables.n_rows), method, info, log_marginal_likelihood=score)
     if saturated:
         observed = tables[saturated].values
         result.g2, result.pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
@@ -105,8 +121,7 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
     if not model.is_parameterized:
         raise ValueError("EM needs the states of every variable, latent ones included: "
                          "give BayesianNetwork.from_edges(edges, states)")
-    if prior is not None and prior not in PRIORS:
-        raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
+    _check_prior(prior, equivalent_sample_size)
     states = data_states(data)
     observed = [v for v in model.variables if v in states]
     latent = [v for v in model.variables if v not in states]

@@ -43,6 +43,10 @@ class FitResult:
         Passes over the data.
     info
         Method-specific extras (e.g. empty parent configurations).
+    log_marginal_likelihood
+        Bayesian (Dirichlet) score ``log P(data | structure)`` of a Bayesian network
+        fitted with ``method="bayes"`` (BDeu, K2 or Dirichlet prior; natural log);
+        ``None`` for other methods.
     """
 
     model: Any
@@ -58,6 +62,7 @@ class FitResult:
     df: int | None = None
     passes: int = 1
     info: dict[str, Any] = field(default_factory=dict)
+    log_marginal_likelihood: float | None = None
 
     @property
     def aic(self) -> float:
@@ -70,7 +75,10 @@ class FitResult:
         return -2 * self.loglik + self.n_params * math.log(max(self.n_rows, 1.0))
 
     def to_dict(self) -> dict[str, Any]:
-        """The result without the model, as plain JSON-able values."""
+        """The result without the model, as plain JSON-able values (``log_marginal_likelihood``
+        only where there is one)."""
+        scores = {} if self.log_marginal_likelihood is None else {
+            "log_marginal_likelihood": self.log_marginal_likelihood}
         return {
             "method": self.method,
             "converged": self.converged,
@@ -83,6 +91,7 @@ class FitResult:
             "df": self.df,
             "aic": self.aic,
             "bic": self.bic,
+            **scores,
             "passes": self.passes,
             "history": self.history,
             "info": {k: v for k, v in self.info.items() if isinstance(v, int | float | str | bool | list | dict)},
@@ -98,6 +107,8 @@ class FitResult:
             f"  log-likelihood {self.loglik:.6f}   parameters {self.n_params}",
             f"  AIC {self.aic:.3f}   BIC {self.bic:.3f}",
         ]
+        if self.log_marginal_likelihood is not None:
+            lines.append(f"  log marginal likelihood (Bayesian score) {self.log_marginal_likelihood:.6f}")
         if self.g2 is not None:
             lines.append(f"  G^2 {self.g2:.6g}   Pearson X^2 {self.pearson:.6g}   df {self.df}")
         if self.history:
