@@ -1,8 +1,9 @@
 """The ``dpgm`` command line: batch jobs on an embedded or a real Dask cluster.
 
 Exit codes: 0 success, 2 usage, 3 a fit stopped at its iteration limit without
-converging, 65 bad data, 66 no input, 69 scheduler unreachable, 70 internal
-error, 78 bad configuration (e.g. a bad model specification).
+converging, 65 bad data (incl. an incomplete or corrupted store), 66 no input,
+69 scheduler unreachable, 70 internal error, 78 bad configuration (e.g. a bad model
+specification, or --resume of a checkpoint written for other data or another specification).
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ def _errors() -> Iterator[None]:
     """Map dpgm's exceptions to one-line messages and sysexits codes."""
     from dpgm.cluster import SchedulerUnreachable
     from dpgm.errors import DataError
+    from dpgm.fit.checkpoint import CheckpointMismatch
     from dpgm.spec import SpecError
 
     try:
         yield
     except click.ClickException:
         raise
-    except SpecError as error:
+    except (SpecError, CheckpointMismatch) as error:
         raise _Failure(str(error), EX_CONFIG) from None
     except DataError as error:
         raise _Failure(str(error), EX_DATAERR) from None
@@ -213,14 +215,22 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     """
     from dpgm.api import fit as run
     from dpgm.data import Schema, open_dataset
+    from dpgm.data.integrity import dataset_fingerprint
+    from dpgm.fit.checkpoint import check_fingerprint, set_fingerprint
     from dpgm.spec import build_model, read_spec
 
     with _errors():
         ds = open_dataset(data)
-        model, spec_method, options = build_model(read_spec(spec), Schema.from_dataset(ds).states)
+        parsed = read_spec(spec)
+        model, spec_method, options = build_model(parsed, Schema.from_dataset(ds).states)
         if resume and not checkpoint:
             raise click.UsageError("--resume needs --checkpoint")
         if checkpoint:
+            fingerprint = {"data": dataset_fingerprint(ds), "specification": _spec_fingerprint(parsed, method)}
+            if resume and not check_fingerprint(checkpoint, fingerprint):
+                click.echo(f"warning: the checkpoint {checkpoint!r} has no fingerprint (written by an earlier "
+                           "dpgm): cannot check it was written for this data and specification", err=True)
+            set_fingerprint(checkpoint, fingerprint)
             options["checkpoint"] = checkpoint
         if resume:
             options["resume"] = checkpoint
@@ -239,6 +249,16 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         Path(report).write_text(json.dumps(payload, indent=2, default=float))
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
+
+
+_STOPPING_RULE = ("max_iter", "tol", "loglik_tol")
+
+
+def _spec_fingerprint(spec: dict, method: str | None) -> dict:
+    """The specification a checkpoint belongs to: everything but the stopping rule (a resumed fit may
+    run longer or to a tighter tolerance), with a --method override."""
+    kept = {k: v for k, v in spec.items() if k not in _STOPPING_RULE}
+    return kept | ({"method": method} if method else {})
 
 
 def _save_plot(result, path) -> None:

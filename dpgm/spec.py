@@ -75,6 +75,17 @@ def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
     return spec
 
 
+def _check_latent_not_observed(latent: list[str], states: dict[str, tuple[str, ...]]) -> None:
+    """A latent variable present in the data would be fitted as observed: refuse it, naming it."""
+    observed = [v for v in latent if v in states]
+    if observed:
+        raise SpecError(
+            f"latent variable {observed[0]!r} is a variable of the data, so it would be fitted as observed; "
+            f"rename it, remove it from 'latent' to fit it as observed, or drop it from the data"
+            + (f" (also in the data: {observed[1:]})" if len(observed) > 1 else "")
+        )
+
+
 def build_model(
     spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None = None
 ) -> tuple[Any, str | None, dict[str, Any]]:
@@ -97,6 +108,7 @@ def build_model(
             edges, variables = spec.get("edges"), spec.get("variables", ())
             if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
                 raise SpecError("a bayesian_network needs 'edges': a list of [parent, child] pairs (or 'network')")
+        _check_latent_not_observed(list(latent), states)
         if latent:
             names = {v for e in edges for v in e} | set(variables)
             missing = sorted(v for v in names if v not in states and v not in latent)
@@ -122,6 +134,7 @@ def build_model(
     if kind == "latent_class":
         from dpgm.models.bayesian_network import latent_class_model
 
+        _check_latent_not_observed([spec.get("variable", "class")], states)
         observed = spec.get("observed") or sorted(states)
         unknown = sorted(set(observed) - set(states))
         if unknown or not isinstance(spec.get("n_classes"), int):

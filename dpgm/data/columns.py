@@ -12,6 +12,10 @@ core as Zarr's general codec pipeline on 20 int8 columns, which schedules every
 chunk through its event loop and thread pool and copies the decoded buffer.
 Anything else (fsspec URLs, other codecs, slices not aligned with Zarr chunks)
 goes through Zarr itself. Both paths read the same bytes; the tests compare them.
+
+A ``crc32c`` codec at the end of the chain (every array dpgm writes has one) is
+verified by the direct reader too; a mismatch, or a chunk that does not decode,
+is a :class:`~dpgm.errors.DataError` naming the variable, the chunk and its file.
 """
 
 from __future__ import annotations
@@ -83,6 +87,11 @@ class DirectColumn:
         ``"blosc"``, ``"zstd"`` or ``"raw"`` (no compression).
     separator
         The chunk key separator (``"/"`` gives ``c/3``, ``"."`` gives ``c.3``).
+    checksum
+        Whether each stored chunk ends with a CRC-32C of the bytes before it
+        (Zarr's ``crc32c`` codec, last in the chain); verified on every read.
+    variable
+        The variable's name, for error messages.
     """
 
     directory: str
@@ -92,6 +101,8 @@ class DirectColumn:
     fill_value: Any
     codec: str
     separator: str
+    checksum: bool = False
+    variable: str = ""
 
     def aligned(self, start: int, stop: int) -> bool:
         """Whether rows ``[start, stop)`` are whole Zarr chunks (the last may end the array)."""
@@ -124,21 +135,38 @@ class DirectColumn:
             data = memoryview(scratch("compressed", size))[:size]
             if f.readinto(data) != size:
                 raise OSError(f"short read of {path!r}")
-        if self.codec == "blosc":
-            from numcodecs import blosc
+        if self.checksum:
+            import google_crc32c
 
-            blosc.decompress(data, out)
-        elif self.codec == "zstd":
-            from numcodecs import Zstd
+            if size < 4 or google_crc32c.value(np.frombuffer(data, np.uint8, size - 4)) != int.from_bytes(data[-4:], "little"):
+                raise self._error(k, path, "checksum mismatch (stored CRC-32C differs from the bytes read)")
+            data = data[:-4]
+        try:
+            if self.codec == "blosc":
+                from numcodecs import blosc
 
-            Zstd().decode(data, out=out)
-        else:
-            out[:] = np.frombuffer(data, dtype=self.dtype)
+                blosc.decompress(data, out)
+            elif self.codec == "zstd":
+                from numcodecs import Zstd
+
+                Zstd().decode(data, out=out)
+            else:
+                out[:] = np.frombuffer(data, dtype=self.dtype)
+        except Exception as error:  # a damaged chunk without a checksum, or a wrong size
+            raise self._error(k, path, f"cannot decode ({' '.join(str(error).split()) or type(error).__name__})") from None
+
+    def _error(self, k: int, path: str, what: str) -> Exception:
+        from dpgm.errors import DataError
+
+        start = k * self.chunk_rows
+        stop = min(start + self.chunk_rows, self.length)
+        return DataError(f"{what} in Zarr chunk file {path!r} (rows {start}-{stop}): the file is corrupted; "
+                         "restore or rewrite the store", variable=self.variable or None, chunk=k)
 
 
 def direct_column(array: Any, directory: str) -> DirectColumn | None:
     """A :class:`DirectColumn` for a Zarr v3 array in ``directory`` if its layout allows, else None."""
-    from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+    from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
     from zarr.core.chunk_grids import RegularChunkGrid
     from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
 
@@ -156,11 +184,13 @@ def direct_column(array: Any, directory: str) -> DirectColumn | None:
     endian = codecs[0].endian
     if dtype.itemsize > 1 and endian is not None and getattr(endian, "value", endian) != sys.byteorder:
         return None
-    if len(codecs) == 1:
+    checksum = isinstance(codecs[-1], Crc32cCodec)
+    compressors = codecs[1:-1] if checksum else codecs[1:]
+    if not compressors:
         codec = "raw"
-    elif len(codecs) == 2 and isinstance(codecs[1], BloscCodec):
+    elif len(compressors) == 1 and isinstance(compressors[0], BloscCodec):
         codec = "blosc"
-    elif len(codecs) == 2 and isinstance(codecs[1], ZstdCodec) and not codecs[1].checksum:
+    elif len(compressors) == 1 and isinstance(compressors[0], ZstdCodec) and not compressors[0].checksum:
         codec = "zstd"
     else:
         return None
@@ -172,6 +202,8 @@ def direct_column(array: Any, directory: str) -> DirectColumn | None:
         fill_value=np.asarray(metadata.fill_value, dtype=dtype).item(),
         codec=codec,
         separator=metadata.chunk_key_encoding.separator,
+        checksum=checksum,
+        variable=os.path.basename(os.path.normpath(directory)),
     )
 
 
@@ -240,12 +272,30 @@ class ZarrColumns:
         if rest:
 
             async def fetch():
-                return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a in rest))
+                return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a in rest),
+                                            return_exceptions=True)
 
-            out.update(zip((v for v, _ in rest), sync(fetch()), strict=True))
+            for (v, _), values in zip(rest, sync(fetch()), strict=True):
+                if isinstance(values, Exception):
+                    raise _read_error(self.store, v, chunk, start, stop, values) from None
+                out[v] = values
         result = ChunkColumns((v, out[v]) for v in self.variables)
         result.matrix, result.matrix_variables = out.matrix, out.matrix_variables
         return result
+
+
+def _read_error(store: ZarrStore, variable: str, chunk: int, start: int, stop: int, error: Exception) -> Exception:
+    """A failed Zarr read of one chunk's column as a :class:`DataError` naming variable, chunk and store.
+
+    Zarr's ``crc32c`` codec raises ``ValueError`` when a stored checksum does not match."""
+    from dpgm.errors import DataError
+
+    if isinstance(error, OSError | MemoryError) and not isinstance(error, FileNotFoundError):
+        return error
+    text = " ".join(str(error).split()) or type(error).__name__
+    what = "checksum mismatch" if "checksum" in text.lower() else "cannot decode"
+    return DataError(f"{what} reading rows {start}-{stop} from {os.path.join(store.path, variable)!r} "
+                     f"({text}): the store is corrupted; restore or rewrite it", variable=variable, chunk=chunk)
 
 
 def _local_path(path: str) -> str | None:

@@ -6,7 +6,9 @@ whose values all parse as numbers and include a non-integer is continuous;
 every other column is categorical (integers included), with its labels in order
 of first appearance. ``categorical=`` / ``continuous=`` override the rule.
 Streamed categorical codes are int16 (up to 32767 states), since the number of
-states is only known at the end.
+states is only known at the end. The store is marked complete after its last
+chunk and its labels (see :mod:`dpgm.data.integrity`): a conversion that stops
+midway leaves a store that readers refuse.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from dpgm.data.integrity import COMPLETE, mark_complete
 from dpgm.data.io import _quiet_zarr, column_encoding
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, state_attrs
 from dpgm.errors import DataError
@@ -160,7 +163,8 @@ def convert(
             for name, column in columns.items():
                 values = column.encode(frame[name], index)
                 data_vars[column.name] = xr.Variable(ROW, values)
-            chunk = xr.Dataset(data_vars)
+            # every write sets the group's attributes (xarray's append replaces them): unfinished until the end
+            chunk = xr.Dataset(data_vars, attrs={"dpgm_schema_version": SCHEMA_VERSION, COMPLETE: False})
             if index == 0:
                 encoding = {n: column_encoding(v.dtype, (chunk_rows,), weight=n == WEIGHT) for n, v in data_vars.items()}
                 chunk.to_zarr(target, mode=mode, zarr_format=3, consolidated=False, encoding=encoding,
@@ -175,6 +179,7 @@ def convert(
             if not column.continuous:
                 group[column.name].attrs.update(state_attrs(list(column.codes), "int16"))
         group.attrs.update({"dpgm_schema_version": SCHEMA_VERSION, "variables": [c.name for c in columns.values()]})
+        mark_complete(target, storage_options)  # last: after every chunk and label
     finally:
         context.__exit__(None, None, None)
     return open_dataset(target, storage_options=storage_options)

@@ -12,8 +12,9 @@ import pandas as pd
 import xarray as xr
 
 from dpgm.data.columns import ZarrStore
+from dpgm.data.integrity import COMPLETE, check_complete, checksum_codec, mark_complete
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
-from dpgm.errors import DataError
+from dpgm.errors import DataError, DpgmWarning
 
 __all__ = [
     "add_variables",
@@ -32,6 +33,8 @@ def _quiet_zarr():
     context = warnings.catch_warnings()
     context.__enter__()
     warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+    # a directory without zarr.json: open_dataset refuses it by name if it is a recorded variable
+    warnings.filterwarnings("ignore", message=".*not recognized as a component of a Zarr hierarchy.*")
     return context
 
 
@@ -64,7 +67,9 @@ def open_dataset(
     FileNotFoundError
         No store at the path.
     DataError
-        The store is not a valid dpgm dataset (see :class:`dpgm.data.Schema`).
+        The store is not a valid dpgm dataset (see :class:`dpgm.data.Schema`), its
+        writer marked it incomplete, its metadata cannot be read, or a variable its
+        ``variables`` attribute records has no array (see :mod:`dpgm.data.integrity`).
     """
     path = os.fspath(path_or_url)
     if "://" not in path and not os.path.exists(path):
@@ -80,11 +85,14 @@ def open_dataset(
             mask_and_scale=False,
             decode_times=False,
         )
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # unreadable metadata (truncated, not JSON, not Zarr v3)
+        raise DataError(f"cannot open {path!r} as a Zarr dataset: {_one_line(error)}") from None
     finally:
         context.__exit__(None, None, None)
-    order = ds.attrs.get("variables")
-    if isinstance(order, list) and set(order) == set(map(str, ds.data_vars)):
-        ds = ds[order]
+    check_complete(ds.attrs, path, "dataset")
+    ds = _listed_variables(ds, path)
     Schema.from_dataset(ds)
     ds.encoding["dpgm_store"] = ZarrStore(
         path=path,
@@ -93,6 +101,40 @@ def open_dataset(
         token=uuid.uuid4().hex,
     )
     return ds
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _listed_variables(ds: xr.Dataset, path: str) -> xr.Dataset:
+    """The store's variables in the order its ``variables`` attribute records them.
+
+    A listed variable without an array (its ``zarr.json`` lost) is refused; arrays
+    the list does not record (a write of added variables that never finished) are
+    left out with a warning.
+    """
+    listed = ds.attrs.get("variables")
+    if not isinstance(listed, list):
+        return ds
+    found = set(map(str, ds.data_vars))
+    missing = [v for v in listed if v not in found]
+    if missing:
+        raise DataError(
+            f"the store {path!r} records this variable but has no array for it (its metadata "
+            f"{os.path.join(path, missing[0], 'zarr.json')!r} is missing); restore it or rewrite the store",
+            variable=missing[0],
+        )
+    unlisted = sorted(found - set(listed))
+    if unlisted:
+        warnings.warn(
+            f"ignoring arrays {unlisted} of {path!r}: the store does not record them as variables "
+            "(left by an unfinished write; write them again)",
+            DpgmWarning,
+            stacklevel=3,
+        )
+    return ds[listed]
 
 
 def zarr_encoding(ds: xr.Dataset, chunk_rows: int) -> dict[str, dict]:
@@ -114,14 +156,16 @@ def column_encoding(dtype: np.dtype, chunks: tuple[int, ...], *, weight: bool = 
     a few bits of each byte, so bit planes compress well (about 5x on 4-state
     int8 codes, a little better than Zarr's default zstd) and decompress about
     twice as fast, which is most of a counting pass. Floats use byte shuffling.
+    Every chunk ends with a CRC-32C of its compressed bytes (Zarr's ``crc32c``
+    codec), checked on every read.
     """
     from zarr.codecs import BloscCodec
 
     if np.dtype(dtype).kind in "iu" and not weight:
         compressor = BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")
-        return {"_FillValue": None, "fill_value": -1, "chunks": chunks, "compressors": [compressor]}
+        return {"_FillValue": None, "fill_value": -1, "chunks": chunks, "compressors": [compressor, checksum_codec()]}
     compressor = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
-    return {"_FillValue": None, "fill_value": np.nan, "chunks": chunks, "compressors": [compressor]}
+    return {"_FillValue": None, "fill_value": np.nan, "chunks": chunks, "compressors": [compressor, checksum_codec()]}
 
 
 def write_dataset(
@@ -149,26 +193,34 @@ def write_dataset(
     storage_options
         Passed to fsspec for URLs.
     compute
-        If False, only the metadata is written and a dask object is returned.
+        If False, only the metadata is written and a dask object is returned:
+        computing it writes the chunks, then marks the store complete.
 
     Raises
     ------
     DataError
         The dataset is not in dpgm's format.
+
+    Notes
+    -----
+    The store is created marked incomplete (``dpgm_complete: false``) and marked
+    complete only after its last chunk is written, so a write killed midway
+    leaves a store that :func:`open_dataset` refuses.
     """
     Schema.from_dataset(ds)
     chunk_rows = int(chunk_rows)
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
     out = ds.copy()
-    out.attrs = {**ds.attrs, "dpgm_schema_version": SCHEMA_VERSION, "variables": list(map(str, ds.data_vars))}
+    out.attrs = {**ds.attrs, "dpgm_schema_version": SCHEMA_VERSION, "variables": list(map(str, ds.data_vars)),
+                 COMPLETE: False}
     if any(getattr(a.data, "chunks", None) is not None for a in ds.data_vars.values()):
         out = out.chunk({ROW: chunk_rows})
     for array in out.data_vars.values():
         array.encoding = {}
     context = _quiet_zarr()
     try:
-        return out.to_zarr(
+        written = out.to_zarr(
             os.fspath(path),
             mode=mode,
             zarr_format=3,
@@ -179,6 +231,25 @@ def write_dataset(
         )
     finally:
         context.__exit__(None, None, None)
+    if compute:
+        mark_complete(path, storage_options)
+        return written
+    return _then_set_attrs(written, os.fspath(path), storage_options, {COMPLETE: True})
+
+
+def _then_set_attrs(written: Any, path: str, storage_options: dict[str, Any] | None, attrs: dict):
+    """A dask object that runs ``written`` (the chunk writes), then sets the group attributes ``attrs``."""
+    import dask
+
+    token = dask.base.tokenize(written, path, attrs)
+    return dask.delayed(_set_attrs, pure=True)(written, path, storage_options, attrs,
+                                               dask_key_name=f"dpgm-finish-write-{token}")
+
+
+def _set_attrs(written: Any, path: str, storage_options: dict[str, Any] | None, attrs: dict) -> None:
+    import zarr
+
+    zarr.open_group(path, mode="r+", storage_options=storage_options).attrs.update(attrs)
 
 
 def add_variables(
@@ -219,21 +290,29 @@ def add_variables(
     if new.sizes.get(ROW) != existing.sizes[ROW]:
         raise DataError(f"new variables have {new.sizes.get(ROW)} rows, the dataset {existing.sizes[ROW]}")
     group = zarr.open_group(os.fspath(path), mode="r+", storage_options=storage_options)
-    for name in taken:
-        del group[name]
+    order = [str(v) for v in existing.data_vars if str(v) not in taken] + [str(v) for v in new.data_vars]
+    kept = dict(group.attrs)  # xarray's append replaces the group's attributes with the new dataset's
+    if taken:  # the replaced variables are unlisted before they go, listed again once rewritten
+        kept["variables"] = order[: len(order) - len(new.data_vars)]
+        group.attrs.update({"variables": kept["variables"]})
+    for name in map(str, new.data_vars):  # replaced, or left by an unfinished earlier write
+        if name in group:
+            del group[name]
     chunk_rows = int(existing[next(iter(existing.data_vars))].encoding.get("chunks", (existing.sizes[ROW],))[0])
     new = new.chunk({ROW: chunk_rows})
     for array in new.data_vars.values():
         array.encoding = {}
+    new.attrs = kept
     context = _quiet_zarr()
     try:
         written = new.to_zarr(os.fspath(path), mode="a", consolidated=False, storage_options=storage_options,
                               encoding=zarr_encoding(new, chunk_rows), compute=compute)
     finally:
         context.__exit__(None, None, None)
-    order = [str(v) for v in existing.data_vars if str(v) not in taken] + [str(v) for v in new.data_vars]
-    group.attrs.update({"variables": order})
-    return written
+    if compute:  # listed only once written: an unfinished write adds no variable
+        group.attrs.update({"variables": order})
+        return written
+    return _then_set_attrs(written, os.fspath(path), storage_options, {"variables": order})
 
 
 def _encode_series(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...] | None]:

@@ -12,6 +12,7 @@ import xarray as xr
 import zarr
 
 from dpgm.cluster import compute
+from dpgm.data.integrity import mark_complete
 from dpgm.data.io import _quiet_zarr, open_dataset, write_dataset
 from dpgm.data.schema import ROW, SCHEMA_VERSION, smallest_code_dtype, state_attrs
 from dpgm.models.bayesian_network import BayesianNetwork
@@ -169,4 +170,5 @@ def sample_bayesian_network(
         compute(dask.delayed(sum)(tasks, dask_key_name=f"dpgm-generate-total-{token}"), client=client, progress=progress)
     finally:
         context.__exit__(None, None, None)
+    mark_complete(path, storage_options)  # after every chunk task returned: a failed run leaves it unmarked
     return open_dataset(path, storage_options=storage_options)

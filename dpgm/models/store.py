@@ -45,16 +45,24 @@ def save(model: Any, path: str | os.PathLike[str], *, mode: str = "w-", storage_
     ds = xr.Dataset(
         {f"table.{i}": (tables[k].dims, tables[k].values.astype("float64")) for i, k in enumerate(keys)}
     )
+    from zarr.codecs import ZstdCodec
+
+    from dpgm.data.integrity import COMPLETE, checksum_codec, mark_complete
+
     ds.attrs = {
         "dpgm_model": name,
         "dpgm_model_version": MODEL_FORMAT_VERSION,
         "tables": keys,
         "states": states,
         "extra": extra,
+        COMPLETE: False,  # set true after the last table: an unfinished save is refused by load
     }
     for array in ds.variables.values():
         array.encoding = {}
-    ds.to_zarr(os.fspath(path), mode=mode, zarr_format=3, consolidated=False, storage_options=storage_options)
+    encoding = {name: {"compressors": [ZstdCodec(), checksum_codec()]} for name in ds.data_vars}
+    ds.to_zarr(os.fspath(path), mode=mode, zarr_format=3, consolidated=False, storage_options=storage_options,
+               encoding=encoding)
+    mark_complete(path, storage_options)
 
 
 def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -> Any:
@@ -66,18 +74,36 @@ def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -
         No store at the path.
     ValueError
         The store does not hold a dpgm model.
+    DataError
+        The save that wrote it did not finish, a table is missing, or a table's
+        checksum does not match (a corrupted file).
     """
+    from dpgm.data.integrity import check_complete
+    from dpgm.errors import DataError
+
     _register_builtin()
     path = os.fspath(path)
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"no model at {path!r}")
-    ds = xr.open_zarr(path, consolidated=False, storage_options=storage_options).load()
+    try:
+        ds = xr.open_zarr(path, consolidated=False, storage_options=storage_options)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # unreadable metadata
+        raise DataError(f"cannot open the model store {path!r}: {' '.join(str(error).split())}") from None
+    check_complete(ds.attrs, path, "model store")
     name = ds.attrs.get("dpgm_model")
     if name not in _CODECS:
         raise ValueError(f"{path!r} does not hold a dpgm model (found model kind {name!r})")
     tables = {}
     for i, key in enumerate(ds.attrs["tables"]):
-        array = ds[f"table.{i}"]
+        if f"table.{i}" not in ds.data_vars:
+            raise DataError(f"the model store {path!r} has no array 'table.{i}' for its table {key!r}")
+        try:
+            array = ds[f"table.{i}"].load()
+        except ValueError as error:  # Zarr's crc32c codec: stored and computed checksums differ
+            raise DataError(f"cannot read table {key!r} ('table.{i}') of the model store {path!r}: "
+                            f"checksum mismatch or undecodable chunk ({' '.join(str(error).split())})") from None
         tables[key] = xr.DataArray(
             array.values,
             dims=array.dims,
