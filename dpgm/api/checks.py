@@ -46,6 +46,18 @@ def complete_counts(data, scopes, client, progress) -> Counts:
     return tables
 
 
+# the counting pass holds a table with one extra 'missing' state per variable
+MAX_SATURATED_COUNTED_CELLS = 1 << 24
+
+
 def saturated_scope(variables: Sequence[str], states: dict) -> tuple[str, ...] | None:
+    """All variables, when their table is small enough to count for G^2 and X^2 (else None).
+
+    Two bounds: the table itself (``MAX_SATURATED_CELLS``) and the table the counting
+    kernel holds per chunk, with a 'missing' state on every axis (20 binary variables:
+    2**20 cells but 3**20 counted, 26 GiB; refused here rather than allocated).
+    """
     cells = math.prod(len(states[v]) for v in variables)
-    return tuple(variables) if cells <= MAX_SATURATED_CELLS else None
+    counted = math.prod(len(states[v]) + 1 for v in variables)
+    small = cells <= MAX_SATURATED_CELLS and counted <= MAX_SATURATED_COUNTED_CELLS
+    return tuple(variables) if small else None

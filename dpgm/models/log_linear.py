@@ -143,5 +143,11 @@ class LogLinearModel:
                  for sub in itertools.combinations(m, k)}
         return int(sum(math.prod(len(self.states[v]) - 1 for v in term) for term in terms))
 
+    def save(self, path: str, *, mode: str = "w-") -> None:
+        """Write the model (features, weights, margins, structural zeros) to a Zarr group."""
+        from dpgm.models.store import save
+
+        save(self, path, mode=mode)
+
     def __repr__(self) -> str:
         return f"LogLinearModel({len(self.features)} features on {len(self.scopes)} scopes)"
