@@ -122,8 +122,8 @@ def _adjust_for_structural_zeros(result: FitResult, features: FeatureSet, joint_
     R's loglin convention, without the adjustment, is kept in ``info["df_unadjusted"]``."""
     result.info["df_unadjusted"] = result.df
     kept = ~zeros.ravel()
-    design = features.design(joint_engine.variables, joint_engine.shape)[:, kept]
-    rank = int(np.linalg.matrix_rank(np.vstack([np.ones(int(kept.sum())), design])))
+    design = np.vstack([np.ones(int(kept.sum())), features.design(joint_engine.variables, joint_engine.shape)[:, kept]])
+    rank = int(np.linalg.matrix_rank(design))
     result.n_params = rank - 1
     result.df = int(kept.sum()) - rank
     result.info["structural_zero_cells"] = int(zeros.sum())

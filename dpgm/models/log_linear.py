@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
+from dpgm.data.schema import labelled_table
 from dpgm.fit.features import FeatureSet
 from dpgm.models.zeros import check_structural_zeros
 
@@ -78,6 +79,7 @@ class LogLinearModel:
         8
         """
         features = {}
+        labels = {v: tuple(map(str, s)) for v, s in states.items()}
         for margin in margins:
             margin = tuple(margin)
             unknown = [v for v in margin if v not in states]
@@ -88,7 +90,7 @@ class LogLinearModel:
                 table = np.zeros(shape)
                 table[cell] = 1.0
                 label = ",".join(f"{v}={states[v][i]}" for v, i in zip(margin, cell, strict=True))
-                features[f"[{label}]"] = xr.DataArray(table, dims=margin, coords={v: list(states[v]) for v in margin})
+                features[f"[{label}]"] = labelled_table(table, margin, labels)  # coordinates built once
         model = cls(features)
         model.margins = [tuple(m) for m in margins]
         return model
