@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+SYSTEM_STAMP := $(VENV)/.system-stamp
 
 .PHONY: demo test lint bench clean
 
@@ -12,10 +13,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# Debian packages for the real-process tests (SLURM, a headless browser); see scripts/
+$(SYSTEM_STAMP): scripts/system-packages.txt scripts/install-system-packages.sh $(STAMP)
+	bash scripts/install-system-packages.sh
+	touch $(SYSTEM_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/dpgm demo
 
-test: $(STAMP)
+test: $(STAMP) $(SYSTEM_STAMP)
 	$(PY) -m ruff check dpgm tests benchmarks
 	$(PY) -m pytest
 
