@@ -33,8 +33,6 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 import argparse  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -47,13 +45,7 @@ RESULTS = Path(__file__).parent / "results"
 TOL = 1e-10
 
 
-def _timed(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), value
+from benchmarks.timing import timed as _timed  # noqa: E402
 
 
 def _glm(table: xr.DataArray, margins, zeros: np.ndarray | None, repeats: int):

@@ -70,13 +70,7 @@ LATENT1 = ["HYPOVOLEMIA"]
 MISSING = 0.2
 
 
-def _median_time(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times, value
+from benchmarks.timing import median_time as _median_time  # noqa: E402
 
 
 def _cases():

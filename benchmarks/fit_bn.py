@@ -46,13 +46,7 @@ STORE = Path("/tmp/dpgm-bench")
 CHUNK_ROWS = 500_000
 
 
-def _median_time(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times, value
+from benchmarks.timing import median_time as _median_time  # noqa: E402
 
 
 def _store(truth, n_rows: int) -> Path:

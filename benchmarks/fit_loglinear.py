@@ -35,7 +35,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -54,13 +53,7 @@ METHODS = ("gis", "lbfgs", "newton", "ipf")
 VENT = ["VENTMACH", "VENTTUBE", "PRESS", "VENTLUNG", "MINVOL"]
 
 
-def _timed(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), value
+from benchmarks.timing import timed as _timed  # noqa: E402
 
 
 def _axes(variables, scope):

@@ -29,8 +29,6 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -83,13 +81,7 @@ def _store(codes: np.ndarray) -> Path:
     return path
 
 
-def _timed(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), value
+from benchmarks.timing import timed as _timed  # noqa: E402
 
 
 def _hmmlearn(start, codes: np.ndarray, iterations: int, repeats: int):

@@ -32,7 +32,6 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -47,13 +46,7 @@ ROWS = 50_000
 TOL = 1e-8
 
 
-def _median_time(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times, value
+from benchmarks.timing import median_time as _median_time  # noqa: E402
 
 
 def _bn_data(parents: dict[str, list[str]], seed: int):

@@ -39,7 +39,6 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 import argparse  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -56,13 +55,7 @@ TARGET = 1e5  # issue 3: evidence rows / s / core with every variable's posterio
 PREVIOUS = {"pgmpy_ve": 37.0, "pyagrum": 520.0}  # rows/s measured on this machine before (issue 3)
 
 
-def _timed(run, repeats: int):
-    times, value = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), value
+from benchmarks.timing import timed as _timed  # noqa: E402
 
 
 def _evidence_codes(model, n: int, seed: int) -> np.ndarray:
