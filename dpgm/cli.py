@@ -150,6 +150,9 @@ def info(data) -> None:
             click.echo(f"  {name:24s} {str(variable.dtype):8s} continuous")
     if schema.weight:
         click.echo(f"  {schema.weight:24s} frequency weights")
+    if "dpgm_complete" not in ds.attrs:
+        click.echo("note: no completion marker (written by an earlier dpgm or another tool): dpgm cannot tell "
+                   "whether every chunk was written; write it again with this dpgm to be sure")
 
 
 @cli.command()

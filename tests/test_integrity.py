@@ -205,6 +205,9 @@ def test_store_without_marker_from_other_writers_is_read(tmp_path):
                             encoding={v: {"_FillValue": None} for v in ("a", "b")})
     assert "dpgm_complete" not in attrs(tmp_path / "x.zarr")
     assert dpgm.open_dataset(tmp_path / "x.zarr").sizes["row"] == 300
+    assert "no completion marker" in run("info", tmp_path / "x.zarr").stdout
+    dpgm.write_dataset(small_dataset(), tmp_path / "d.zarr")
+    assert "no completion marker" not in run("info", tmp_path / "d.zarr").stdout
 
 
 # ---------------------------------------------------------------- 2. checksums
@@ -373,3 +376,27 @@ def test_fingerprint_names_rows_chunks_and_schema(tmp_path):
     assert fingerprint["schema"]["a"] == {"dtype": "int8", "states": ["x", "y", "z"]}
     other = dataset_fingerprint(dpgm.open_dataset(tmp_path / "d.zarr", chunk_rows=200))
     assert other["chunks"] == [200, 100]
+
+
+def test_cli_generate_killed_midway_leaves_a_refused_store(tmp_path):
+    """SIGKILL to ``dpgm generate`` (and its workers) once some chunks are on disk, as a time limit would."""
+    import signal
+    import time
+
+    store = tmp_path / "g.zarr"
+    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
+    environment.pop("DASK_SCHEDULER_ADDRESS", None)
+    job = subprocess.Popen([*DPGM, "generate", "alarm", str(store), "--rows", "1e7", "--chunk-rows", "1e4",
+                            "--workers", "1"], env=environment, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list((store / "HR" / "c").glob("*"))) < 2:
+            time.sleep(0.02)
+        assert job.poll() is None, "generate finished before it could be killed"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert attrs(store)["dpgm_complete"] is False
+    line = error_line(run("info", store, check=False), 65)
+    assert str(store) in line and "incomplete" in line
