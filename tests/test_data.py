@@ -78,11 +78,17 @@ def test_table_rows_table_round_trip():
 
 
 def test_unwritten_chunks_read_as_missing_not_state_zero(tmp_path):
-    """The Zarr fill-value trap: a partially written store."""
+    """The Zarr fill-value trap: a chunk that was never written (Zarr skips chunks that are all
+    fill value, so a complete store can have them) reads as missing, never as state 0."""
+    from dpgm.data.integrity import mark_complete
+
     template = xr.Dataset({"a": ("row", da.zeros(300, dtype=np.int8, chunks=100))})
     template.a.attrs.update({"states": ["x", "y"]})
     dpgm.write_dataset(template, tmp_path / "p.zarr", chunk_rows=100, compute=False)
     zarr.open_group(tmp_path / "p.zarr", mode="r+")["a"][:100] = np.ones(100, dtype=np.int8)
+    with pytest.raises(dpgm.DataError, match="p.zarr"):  # unfinished: refused
+        dpgm.open_dataset(tmp_path / "p.zarr")
+    mark_complete(tmp_path / "p.zarr")
     ds = dpgm.open_dataset(tmp_path / "p.zarr")
     assert ds.a.dtype == np.int8
     tables = dpgm.counts(ds, [("a",)])

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from inference_models import evidence_for, models
 
 import dpgm
+from dpgm.fit.tree_ipf import grid_scopes
 from dpgm.inference import ImpossibleEvidenceError, JunctionTree, interaction_graph
+from dpgm.inference.triangulation import TreeTooLarge
 from dpgm.testing import (
     brute_log_partition,
     brute_map_value,
@@ -243,9 +245,23 @@ def test_tiny_scaled_potentials_do_not_underflow():
 
 
 def test_a_tree_too_big_is_refused_before_allocation():
-    with pytest.raises(ValueError, match=r"needs [0-9,]+ cells \(width 10, largest clique .* more than "
-                                         r"max_table_size=1000000"):
+    # water's best tree holds 3.36e6 cells (its published treewidth is 10)
+    with pytest.raises(TreeTooLarge, match=r"needs more than max_table_size=1000000 cells.*32 variables"):
         JunctionTree(dpgm.load_network("water"), max_table_size=10**6)
+    assert JunctionTree(dpgm.load_network("water"), max_table_size=4 * 10**6).total_table_size == 3_362_268
+
+
+def test_a_dense_grid_is_refused_by_junction_tree_and_ipf():
+    """A 40 x 40 binary grid has treewidth 40: 2**41-cell cliques, refused before any table exists."""
+    scopes = grid_scopes(40, 40)
+    variables = sorted({v for s in scopes for v in s})
+    grid = dpgm.MarkovNetwork.from_cliques(scopes, {v: ["0", "1"] for v in variables})
+    with pytest.raises(TreeTooLarge, match="too densely connected"):
+        JunctionTree(grid)
+    table = xr.Dataset({v: ("row", np.zeros(3, dtype=np.int8), {"flag_values": np.array([0, 1], dtype=np.int8),
+                                                              "flag_meanings": "0 1"}) for v in variables})
+    with pytest.raises(TreeTooLarge, match="max_table_size"):
+        dpgm.fit(grid, table, method="ipf")
 
 
 @pytest.mark.parametrize("module", ["dpgm.potentials", "dpgm.testing", "dpgm.io.uai", "dpgm.inference.batched",

@@ -28,7 +28,7 @@ import xarray as xr
 
 from dpgm.data.schema import state_index
 from dpgm.inference.batched import BatchedTree, ImpossibleEvidenceError
-from dpgm.inference.triangulation import build_tree
+from dpgm.inference.triangulation import MAX_TABLE_SIZE, build_tree
 
 __all__ = ["JunctionTree", "model_factors"]
 
@@ -112,7 +112,7 @@ class JunctionTree:
     (2, 2)
     """
 
-    def __init__(self, model: Any, extra_scopes: Sequence[Sequence[str]] = (), *, max_table_size: int = 2**27):
+    def __init__(self, model: Any, extra_scopes: Sequence[Sequence[str]] = (), *, max_table_size: int = MAX_TABLE_SIZE):
         factors = model_factors(model)
         self.model = model
         self.variables: tuple[str, ...] = tuple(model.variables)
@@ -126,13 +126,7 @@ class JunctionTree:
         self._max_table_size = max_table_size
         cards = {v: len(self.states[v]) for v in self.variables}
         everything = [*factors, *extra]
-        structure = build_tree(self.variables, cards, [s for s, _ in everything])
-        if structure.total_table_size > max_table_size:
-            largest = max(structure.cliques, key=structure.table_size)
-            raise ValueError(
-                f"the junction tree needs {structure.total_table_size:,} cells (width {structure.width}, largest "
-                f"clique {largest!r} with {structure.table_size(largest):,} cells), more than "
-                f"max_table_size={max_table_size!r}")
+        structure = build_tree(self.variables, cards, [s for s, _ in everything], max_table_size=max_table_size)
         self.tree = BatchedTree(self.variables, cards, everything, structure)
 
     # -- structure ---------------------------------------------------------------------
