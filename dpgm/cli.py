@@ -76,6 +76,12 @@ def _cluster(scheduler: str | None, scheduler_file: str | None, workers: int | N
         yield client
 
 
+def _default_chunk_rows(rows: int) -> int:
+    from dpgm.data.convert import default_chunk_rows
+
+    return default_chunk_rows(rows)
+
+
 def _progress() -> bool:
     return sys.stderr.isatty()
 
@@ -92,7 +98,8 @@ def cli() -> None:
 @click.option("--rows", type=float, required=True, help="Number of rows (1e6 accepted).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--missing", type=float, default=0.0, show_default=True, help="Fraction of values missing completely at random.")
-@click.option("--chunk-rows", type=float, default=1e6, show_default=True)
+@click.option("--chunk-rows", type=float, default=None,
+              help="Rows per chunk (default: a sixteenth of the rows, 10,000 to 1,000,000).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @scheduler_option
 @scheduler_file_option
@@ -107,7 +114,8 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
         with _cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
             ds = sample_bayesian_network(
-                model, int(rows), out, seed=seed, missing=missing, chunk_rows=int(chunk_rows),
+                model, int(rows), out, seed=seed, missing=missing,
+                chunk_rows=int(chunk_rows) if chunk_rows else _default_chunk_rows(int(rows)),
                 client=client, progress=_progress(), mode="w" if overwrite else "w-",
             )
             seconds = time.perf_counter() - start
@@ -117,17 +125,22 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
 @cli.command()
 @click.argument("source", type=click.Path())
 @click.argument("out", type=click.Path())
-@click.option("--chunk-rows", type=float, default=1e6, show_default=True)
+@click.option("--chunk-rows", type=float, default=None,
+              help="Rows per chunk (default: a sixteenth of the rows, 10,000 to 1,000,000).")
 @click.option("--categorical", multiple=True, help="Column to treat as categorical (repeatable).")
 @click.option("--continuous", multiple=True, help="Column to treat as continuous (repeatable).")
 @click.option("--weight", default=None, help="Column of frequency weights.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite) -> None:
-    """Convert a CSV/TSV/Parquet file SOURCE to the Zarr dataset OUT, streaming it in chunks."""
+    """Convert CSV/TSV/Parquet SOURCE (a file, a directory of files or a glob) to the Zarr dataset OUT.
+
+    One task per Parquet row group or 64 MiB of CSV, in two passes (labels, then codes).
+    """
     from dpgm.data.convert import convert as run
 
     with _errors():
-        ds = run(source, out, chunk_rows=int(chunk_rows), categorical=categorical, continuous=continuous,
+        ds = run(source, out, chunk_rows=int(chunk_rows) if chunk_rows else None, categorical=categorical,
+                 continuous=continuous,
                  weight=weight, mode="w" if overwrite else "w-")
     click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out}")
 

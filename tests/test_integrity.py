@@ -125,17 +125,15 @@ def test_cli_generate_marks_complete(tmp_path):
     assert attrs(tmp_path / "g.zarr")["dpgm_complete"] is True
 
 
-def test_cli_convert_that_fails_midway_leaves_a_refused_store(tmp_path):
-    """A bad value in the fourth chunk stops ``convert`` after three chunks were written."""
+def test_cli_convert_refuses_bad_input_before_writing_anything(tmp_path):
+    """A bad value in the fourth chunk is found by the discovery pass: no store is created."""
     values = [f"{i}.5" for i in range(40)]
     values[35] = "oops"
     pd.DataFrame({"a": ["x", "y"] * 20, "c": values}).to_csv(tmp_path / "in.csv", index=False)
     line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "out.zarr", "--chunk-rows", "10",
                           "--continuous", "c", check=False), 65)
-    assert "'c'" in line and "chunk 3" in line
-    assert attrs(tmp_path / "out.zarr")["dpgm_complete"] is False
-    line = error_line(run("info", tmp_path / "out.zarr", check=False), 65)
-    assert str(tmp_path / "out.zarr") in line and "incomplete" in line
+    assert "'c'" in line and "chunk 3" in line and "row 35" in line
+    assert not (tmp_path / "out.zarr").exists()
     values[35] = "35.5"
     pd.DataFrame({"a": ["x", "y"] * 20, "c": values}).to_csv(tmp_path / "in.csv", index=False)
     run("convert", tmp_path / "in.csv", tmp_path / "out.zarr", "--chunk-rows", "10", "--overwrite")

@@ -1,117 +1,234 @@
-"""Streaming conversion of CSV and Parquet files to Zarr datasets, one chunk at a time.
+"""Conversion of CSV and Parquet files (one, a directory, or a glob) to Zarr datasets, on the cluster.
 
-Files are never loaded whole: rows are read ``chunk_rows`` at a time, encoded and
-appended to the store. Column kinds are decided on the first chunk: a column
-whose values all parse as numbers and include a non-integer is continuous;
-every other column is categorical (integers included), with its labels in order
-of first appearance. ``categorical=`` / ``continuous=`` override the rule.
-Streamed categorical codes are int16 (up to 32767 states), since the number of
-states is only known at the end. The store is marked complete after its last
-chunk and its labels (see :mod:`dpgm.data.integrity`): a conversion that stops
-midway leaves a store that readers refuse.
+The input is cut into *blocks*: a Parquet row group, a byte range of an
+uncompressed CSV (``blocksize`` bytes, cut at line ends), or a whole compressed
+CSV. Two passes, one task per block each:
+
+1. **discover**: each block reports, per column, its distinct values in order of
+   first appearance (categorical labels), whether its values are numbers, and
+   its row count; the driver merges them in block order (labels keep the order
+   of first appearance in the whole input) and decides each column's kind;
+2. **encode**: each block is read again and encoded with the final labels
+   (int8 codes up to 127 states, else int16); the blocks, rechunked to
+   ``chunk_rows``, are written to Zarr in parallel.
+
+So conversion scales with workers, and nothing holds more than a block. Column
+kinds: a column whose first ``chunk_rows`` values (10,000 by default) all parse
+as numbers and include a non-integer is continuous; every other column is
+categorical (integers included). ``categorical=`` / ``continuous=`` override the rule. A
+non-number in a continuous column is an error naming the column and the chunk.
+The store is marked complete after its last chunk and its labels (see
+:mod:`dpgm.data.integrity`): a conversion that stops midway leaves a store that
+readers refuse.
+
+CSV byte ranges are cut at newlines: a quoted field holding a line break would be
+split (as in ``dask.dataframe.read_csv``); give such files whole
+(``blocksize=None``).
 """
 
 from __future__ import annotations
 
+import io
+import math
+import operator
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
-import zarr
 
-from dpgm.data.integrity import COMPLETE, mark_complete
-from dpgm.data.io import _quiet_zarr, column_encoding
-from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, state_attrs
+from dpgm.data.schema import ROW, WEIGHT, state_attrs
 from dpgm.errors import DataError
 
-__all__ = ["convert"]
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["convert", "default_chunk_rows"]
 
 _MAX_STATES = 32767
+_CSV = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".csv.bz2", ".csv.zst")
+_PARQUET = (".parquet", ".pq")
+_COMPRESSED = (".gz", ".bz2", ".zst")
 
 
-def _csv_chunks(path: str, chunk_rows: int, storage_options: dict | None) -> Iterator[pd.DataFrame]:
-    sep = "\t" if path.endswith((".tsv", ".tsv.gz")) else ","
-    yield from pd.read_csv(
-        path, sep=sep, dtype=str, keep_default_na=True, chunksize=chunk_rows, storage_options=storage_options
-    )
+def default_chunk_rows(n_rows: int, *, largest: int = 1_000_000, smallest: int = 10_000) -> int:
+    """Rows per chunk: at most ``largest`` and at most a sixteenth of the rows, so a cluster of
+    up to 8 workers gets at least two chunks each; never below ``smallest`` rows (tiny data:
+    one chunk). Independent of the cluster, so generated data stay reproducible anywhere.
+
+    Examples
+    --------
+    >>> default_chunk_rows(10**6), default_chunk_rows(10**9), default_chunk_rows(1000)
+    (62500, 1000000, 1000)
+    """
+    return int(max(min(largest, math.ceil(n_rows / 16)), min(n_rows, smallest), 1))
 
 
-def _parquet_chunks(path: str, chunk_rows: int, storage_options: dict | None) -> Iterator[pd.DataFrame]:
+@dataclass(frozen=True)
+class _Block:
+    """A piece of the input one task reads: a row group, a byte range or a whole file."""
+
+    path: str
+    kind: str  # "parquet" or "csv"
+    row_group: int = -1
+    start: int = 0
+    end: int = -1  # -1: to the end of the file
+
+
+def _files(source: str, storage_options: dict | None) -> list[str]:
+    import fsspec
+
+    fs, _, paths = fsspec.get_fs_token_paths(source, storage_options=storage_options)
+    if any(ch in source for ch in "*?["):
+        files = sorted(paths)
+    elif fs.isdir(paths[0]):
+        files = sorted(p for p in fs.find(paths[0]) if p.endswith(_CSV + _PARQUET))
+    elif fs.exists(paths[0]):
+        files = [paths[0]]
+    else:
+        raise FileNotFoundError(f"no file at {source!r}")
+    if not files:
+        raise FileNotFoundError(f"no .csv or .parquet files at {source!r}")
+    protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
+    if "://" in source:
+        files = [f if "://" in f else f"{protocol}://{f}" for f in files]
+    kinds = {"parquet" if f.endswith(_PARQUET) else "csv" if f.endswith(_CSV) else "" for f in files}
+    if "" in kinds:
+        bad = next(f for f in files if not f.endswith(_CSV + _PARQUET))
+        raise ValueError(f"cannot tell the format of {bad!r}: expected .csv, .csv.gz, .tsv or .parquet")
+    if len(kinds) > 1:
+        raise ValueError(f"{source!r} mixes CSV and Parquet files; convert them separately")
+    return files
+
+
+def _blocks(files: list[str], blocksize: int | None, storage_options: dict | None) -> list[_Block]:
     import fsspec
     import pyarrow.parquet as pq
 
-    with fsspec.open(path, "rb", **(storage_options or {})) as handle:
-        for batch in pq.ParquetFile(handle).iter_batches(batch_size=chunk_rows):
-            frame = batch.to_pandas()
-            for column in frame.columns:
-                if frame[column].dtype.kind != "f":
-                    frame[column] = frame[column].astype("string").astype(object).where(frame[column].notna(), None)
-            yield frame
+    blocks = []
+    for path in files:
+        if path.endswith(_PARQUET):
+            with fsspec.open(path, "rb", **(storage_options or {})) as handle:
+                groups = pq.ParquetFile(handle).num_row_groups
+            blocks += [_Block(path, "parquet", row_group=g) for g in range(max(groups, 1))]
+            continue
+        size = fsspec.filesystem(fsspec.utils.get_protocol(path), **(storage_options or {})).size(path)
+        if blocksize is None or path.endswith(_COMPRESSED) or size <= blocksize:
+            blocks.append(_Block(path, "csv"))
+        else:
+            blocks += [_Block(path, "csv", start=s, end=min(s + blocksize, size)) for s in range(0, size, blocksize)]
+    return blocks
 
 
-class _Column:
-    """Running encoding of one column across chunks."""
+def _read_block(block: _Block, storage_options: dict | None) -> pd.DataFrame:
+    """The block's rows, every column as strings (None = missing), floats kept for Parquet."""
+    import fsspec
 
-    def __init__(self, name: str, continuous: bool):
-        self.name = name
-        self.continuous = continuous
-        self.codes: dict[str, int] = {}
+    if block.kind == "parquet":
+        import pyarrow.parquet as pq
 
-    def encode(self, values: pd.Series, chunk: int) -> np.ndarray:
-        if self.continuous:
-            try:
-                return pd.to_numeric(values, errors="raise").to_numpy(dtype=np.float64)
-            except (ValueError, TypeError) as error:
-                raise DataError(f"a continuous column holds a non-number: {error}", variable=self.name, chunk=chunk) from None
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
-        lookup = np.empty(len(uniques) + 1, dtype=np.int16)
-        lookup[-1] = -1
-        for i, label in enumerate(uniques):
-            label = str(label)
-            if label not in self.codes:
-                if len(self.codes) >= _MAX_STATES:
-                    raise DataError(
-                        f"has more than {_MAX_STATES} distinct values; declare it continuous",
-                        variable=self.name,
-                        chunk=chunk,
-                    )
-                self.codes[label] = len(self.codes)
-            lookup[i] = self.codes[label]
-        return lookup[codes]
+        with fsspec.open(block.path, "rb", **(storage_options or {})) as handle:
+            parquet = pq.ParquetFile(handle)
+            frame = parquet.read_row_group(block.row_group).to_pandas() if parquet.num_row_groups else \
+                parquet.schema_arrow.empty_table().to_pandas()
+        for column in frame.columns:
+            if frame[column].dtype.kind != "f":
+                frame[column] = frame[column].astype("string").astype(object).where(frame[column].notna(), None)
+        return frame
+    sep = "\t" if block.path.endswith((".tsv", ".tsv.gz")) else ","
+    if block.end < 0:
+        return pd.read_csv(block.path, sep=sep, dtype=str, keep_default_na=True, storage_options=storage_options)
+    with fsspec.open(block.path, "rb", **(storage_options or {})) as handle:
+        header = handle.readline()
+        start = max(block.start, len(header))
+        handle.seek(start - 1)
+        if handle.read(1) != b"\n":  # a line that began before this block belongs to the previous one
+            handle.readline()
+        body = b""
+        if handle.tell() < block.end:
+            body = handle.read(block.end - handle.tell())
+            if not body.endswith(b"\n"):
+                body += handle.readline()
+    return pd.read_csv(io.BytesIO(header + body), sep=sep, dtype=str, keep_default_na=True)
 
 
-def _looks_continuous(values: pd.Series) -> bool:
-    numbers = pd.to_numeric(values.dropna(), errors="coerce")
-    if numbers.isna().any() or numbers.empty:
-        return False
-    return bool((numbers != np.round(numbers)).any())
+def _numbers(values: pd.Series) -> tuple[np.ndarray, int]:
+    """The values as float64 and the position of the first non-number (-1 if none)."""
+    if values.dtype.kind == "f":
+        return values.to_numpy(dtype=np.float64), -1
+    parsed = pd.to_numeric(values, errors="coerce")
+    bad = parsed.isna().to_numpy() & values.notna().to_numpy()
+    return parsed.to_numpy(dtype=np.float64), int(np.argmax(bad)) if bad.any() else -1
+
+
+def _discover(block: _Block, storage_options: dict | None, prefix: int) -> dict:
+    """Pass 1 on one block: rows, columns, and per column its labels and number checks
+    (also on its first ``prefix`` rows, which decide the column's kind)."""
+    frame = _read_block(block, storage_options)
+    columns = {}
+    for name in map(str, frame.columns):
+        values = frame[name]
+        numbers, first_bad = _numbers(values)
+        finite = numbers[np.isfinite(numbers)]
+        non_integer = bool(len(finite) and (finite != np.round(finite)).any())
+        # labels of candidate categoricals (floats only while integer-valued, as in Parquet int columns with nulls)
+        uniques = pd.unique(values.dropna().astype(str)) if values.dtype.kind != "f" or not non_integer else None
+        head = numbers[:prefix][np.isfinite(numbers[:prefix])]
+        columns[name] = {
+            "head_continuous": bool((first_bad < 0 or first_bad >= prefix) and len(head)
+                                    and (head != np.round(head)).any()),
+            "labels": None if uniques is None or len(uniques) > _MAX_STATES else list(uniques),
+            "first_non_number": first_bad,
+            "non_integer": non_integer,
+            "empty": bool(values.notna().sum() == 0),
+        }
+    return {"rows": len(frame), "names": list(map(str, frame.columns)), "columns": columns}
+
+
+def _encode(block: _Block, storage_options: dict | None, plan: dict) -> dict[str, np.ndarray]:
+    """Pass 2 on one block: every column's codes (or floats) with the final labels."""
+    frame = _read_block(block, storage_options)
+    out = {}
+    for name, (target, labels, dtype) in plan.items():
+        values = frame[name]
+        if labels is None:
+            out[target] = _numbers(values)[0]
+            continue
+        strings = values.astype(str).where(values.notna(), None) if values.dtype.kind == "f" else values
+        out[target] = pd.Index(labels).get_indexer(strings).astype(dtype)  # missing -> -1
+    return out
 
 
 def convert(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],
     *,
-    chunk_rows: int = 1_000_000,
+    chunk_rows: int | None = None,
     categorical: Sequence[str] = (),
     continuous: Sequence[str] = (),
     weight: str | None = None,
     mode: str = "w-",
     storage_options: dict[str, Any] | None = None,
+    blocksize: int | None = 64 * 2**20,
+    client: Client | None = None,
+    progress: bool = False,
 ) -> xr.Dataset:
-    """Convert a CSV/TSV (optionally compressed) or Parquet file to a Zarr dataset.
+    """Convert CSV/TSV (optionally compressed) or Parquet input to a Zarr dataset, on the cluster.
 
     Parameters
     ----------
     source
-        ``.csv``, ``.csv.gz``, ``.tsv`` or ``.parquet`` file (path or fsspec URL).
+        A ``.csv``, ``.csv.gz``, ``.tsv`` or ``.parquet`` file, a directory of such
+        files (e.g. a partitioned Parquet folder), or a glob (``"parts/*.csv"``);
+        paths or fsspec URLs. Files are read in sorted order and must share their columns.
     target
         The Zarr store to create.
     chunk_rows
-        Rows read and written at a time (the Zarr chunk size).
+        Rows per Zarr chunk; default :func:`default_chunk_rows` of the row count
+        (at least 16 chunks of at most 10^6 rows, so every worker gets several).
     categorical, continuous
         Columns whose kind is given rather than inferred.
     weight
@@ -119,7 +236,14 @@ def convert(
     mode
         ``"w-"`` refuses to overwrite, ``"w"`` overwrites.
     storage_options
-        Passed to fsspec.
+        Passed to fsspec, for the input and the store.
+    blocksize
+        Bytes of uncompressed CSV one task reads (None: whole files).
+    client
+        Dask client whose workers read and write the blocks (default: the active
+        client, else Dask's threads).
+    progress
+        Show progress of the two passes.
 
     Returns
     -------
@@ -129,57 +253,74 @@ def convert(
     Raises
     ------
     DataError
-        A non-number in a continuous column or too many states, naming the column and chunk.
+        A non-number in a continuous column (naming the column and chunk), too many
+        states, files whose columns differ, or no rows.
     FileNotFoundError
-        No such file.
+        No such file, or no input files in a directory or glob.
     """
-    from dpgm.data.io import open_dataset
+    import dask
+    import dask.array as dsa
+
+    from dpgm.cluster import compute
+    from dpgm.data.io import open_dataset, write_dataset
 
     source, target = os.fspath(source), os.fspath(target)
-    if "://" not in source and not Path(source).exists():
-        raise FileNotFoundError(f"no file at {source!r}")
-    if source.endswith((".parquet", ".pq")):
-        chunks: Iterable[pd.DataFrame] = _parquet_chunks(source, chunk_rows, storage_options)
-    elif source.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".csv.bz2", ".csv.zst")):
-        chunks = _csv_chunks(source, chunk_rows, storage_options)
-    else:
-        raise ValueError(f"cannot tell the format of {source!r}: expected .csv, .csv.gz, .tsv or .parquet")
-    columns: dict[str, _Column] = {}
-    rows = 0
-    context = _quiet_zarr()
-    try:
-        for index, frame in enumerate(chunks):
-            if index == 0:
-                unknown = sorted((set(categorical) | set(continuous)) - set(map(str, frame.columns)))
-                if unknown:
-                    raise DataError(f"columns {unknown} are not in the file; columns: {list(frame.columns)}")
-                for name in map(str, frame.columns):
-                    is_weight = name == WEIGHT or name == weight
-                    kind = is_weight or name in continuous or (
-                        name not in categorical and _looks_continuous(frame[name])
-                    )
-                    columns[name] = _Column(WEIGHT if is_weight else name, kind)
-            data_vars = {}
-            for name, column in columns.items():
-                values = column.encode(frame[name], index)
-                data_vars[column.name] = xr.Variable(ROW, values)
-            # every write sets the group's attributes (xarray's append replaces them): unfinished until the end
-            chunk = xr.Dataset(data_vars, attrs={"dpgm_schema_version": SCHEMA_VERSION, COMPLETE: False})
-            if index == 0:
-                encoding = {n: column_encoding(v.dtype, (chunk_rows,), weight=n == WEIGHT) for n, v in data_vars.items()}
-                chunk.to_zarr(target, mode=mode, zarr_format=3, consolidated=False, encoding=encoding,
-                              storage_options=storage_options)
-            else:
-                chunk.to_zarr(target, append_dim=ROW, consolidated=False, storage_options=storage_options)
-            rows += len(frame)
-        if not columns:
-            raise DataError(f"{source!r} has no rows")
-        group = zarr.open_group(target, mode="r+", storage_options=storage_options)
-        for column in columns.values():
-            if not column.continuous:
-                group[column.name].attrs.update(state_attrs(list(column.codes), "int16"))
-        group.attrs.update({"dpgm_schema_version": SCHEMA_VERSION, "variables": [c.name for c in columns.values()]})
-        mark_complete(target, storage_options)  # last: after every chunk and label
-    finally:
-        context.__exit__(None, None, None)
+    files = _files(source, storage_options)
+    blocks = _blocks(files, blocksize, storage_options)
+    prefix = int(chunk_rows) if chunk_rows is not None else 10_000
+    found = compute(dask.delayed(list)([dask.delayed(_discover, pure=True)(
+        b, storage_options, prefix, dask_key_name=f"dpgm-convert-discover-{dask.base.tokenize(b, storage_options)}")
+        for b in blocks]), client=client, progress=progress)
+    names = found[0]["names"]
+    for block, report in zip(blocks, found, strict=True):
+        if report["names"] != names:
+            raise DataError(f"{block.path!r} has columns {report['names']}, the first file {names}")
+    unknown = sorted((set(categorical) | set(continuous)) - set(names))
+    if unknown:
+        raise DataError(f"columns {unknown} are not in the input; columns: {names}")
+    n_rows = sum(r["rows"] for r in found)
+    if n_rows == 0:
+        raise DataError(f"{source!r} has no rows")
+    chunk_rows = int(chunk_rows) if chunk_rows is not None else default_chunk_rows(n_rows)
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+    offsets = np.cumsum([0] + [r["rows"] for r in found])
+    plan: dict[str, tuple[str, list[str] | None, str]] = {}
+    for name in names:
+        is_weight = name == WEIGHT or name == weight
+        first = next((r["columns"][name] for r in found if not r["columns"][name]["empty"]), found[0]["columns"][name])
+        if is_weight or name in continuous or (name not in categorical and first["head_continuous"]):
+            for index, report in enumerate(found):
+                bad = report["columns"][name]["first_non_number"]
+                if bad >= 0:
+                    row = int(offsets[index]) + bad
+                    raise DataError(f"a continuous column holds a non-number at row {row}", variable=name,
+                                    chunk=row // chunk_rows)
+            plan[name] = (WEIGHT if is_weight else name, None, "float64")
+            continue
+        labels: dict[str, None] = {}
+        for index, report in enumerate(found):
+            block_labels = report["columns"][name]["labels"]
+            if block_labels is None:
+                raise DataError(f"has more than {_MAX_STATES} distinct values; declare it continuous",
+                                variable=name, chunk=int(offsets[index]) // chunk_rows)
+            labels.update(dict.fromkeys(block_labels))
+            if len(labels) > _MAX_STATES:
+                raise DataError(f"has more than {_MAX_STATES} distinct values; declare it continuous",
+                                variable=name, chunk=int(offsets[index]) // chunk_rows)
+        plan[name] = (name, list(labels), "int8" if len(labels) <= 127 else "int16")
+    encoded = [dask.delayed(_encode, pure=True)(
+        b, storage_options, plan, dask_key_name=f"dpgm-convert-encode-{dask.base.tokenize(b, storage_options, plan)}")
+        for b in blocks]
+    data_vars = {}
+    for name, (variable, labels, dtype) in plan.items():
+        pieces = [dsa.from_delayed(dask.delayed(operator.getitem, pure=True)(e, variable), shape=(r["rows"],),
+                                   dtype=dtype)
+                  for e, r in zip(encoded, found, strict=True) if r["rows"]]
+        attrs = state_attrs(labels, dtype) if labels is not None else {}
+        data_vars[variable] = xr.Variable(ROW, dsa.concatenate(pieces), attrs=attrs)
+    dataset = xr.Dataset(data_vars)
+    written = write_dataset(dataset, target, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options,
+                            compute=False)
+    compute(written, client=client, progress=progress)
     return open_dataset(target, storage_options=storage_options)
