@@ -140,7 +140,8 @@ def _read_block(block: _Block, storage_options: dict | None) -> pd.DataFrame:
         return frame
     sep = "\t" if block.path.endswith((".tsv", ".tsv.gz")) else ","
     if block.end < 0:
-        return pd.read_csv(block.path, sep=sep, dtype=str, keep_default_na=True, storage_options=storage_options)
+        return pd.read_csv(block.path, sep=sep, dtype=str, keep_default_na=True, storage_options=storage_options,
+                           engine="pyarrow")
     with fsspec.open(block.path, "rb", **(storage_options or {})) as handle:
         header = handle.readline()
         start = max(block.start, len(header))
@@ -152,16 +153,27 @@ def _read_block(block: _Block, storage_options: dict | None) -> pd.DataFrame:
             body = handle.read(block.end - handle.tell())
             if not body.endswith(b"\n"):
                 body += handle.readline()
-    return pd.read_csv(io.BytesIO(header + body), sep=sep, dtype=str, keep_default_na=True)
+    return pd.read_csv(io.BytesIO(header + body), sep=sep, dtype=str, keep_default_na=True, engine="pyarrow")
+
+
+def _parse(labels: np.ndarray) -> np.ndarray:
+    return pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
 
 
 def _numbers(values: pd.Series) -> tuple[np.ndarray, int]:
     """The values as float64 and the position of the first non-number (-1 if none)."""
     if values.dtype.kind == "f":
         return values.to_numpy(dtype=np.float64), -1
-    parsed = pd.to_numeric(values, errors="coerce")
-    bad = parsed.isna().to_numpy() & values.notna().to_numpy()
-    return parsed.to_numpy(dtype=np.float64), int(np.argmax(bad)) if bad.any() else -1
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    if len(uniques) <= len(values) // 4:  # few distinct values: parse each once
+        parsed = _parse(np.asarray(uniques, dtype=object))
+        bad_unique = np.append(np.isnan(parsed), False)  # index -1 (missing) is not bad
+        numbers = np.append(parsed, np.nan)[codes]
+        bad = bad_unique[codes]
+    else:
+        numbers = _parse(values.to_numpy(dtype=object))
+        bad = np.isnan(numbers) & values.notna().to_numpy()
+    return numbers, int(np.argmax(bad)) if bad.any() else -1
 
 
 def _discover(block: _Block, storage_options: dict | None, prefix: int) -> dict:
@@ -175,12 +187,15 @@ def _discover(block: _Block, storage_options: dict | None, prefix: int) -> dict:
         finite = numbers[np.isfinite(numbers)]
         non_integer = bool(len(finite) and (finite != np.round(finite)).any())
         # labels of candidate categoricals (floats only while integer-valued, as in Parquet int columns with nulls)
-        uniques = pd.unique(values.dropna().astype(str)) if values.dtype.kind != "f" or not non_integer else None
+        uniques = None
+        if values.dtype.kind != "f" or not non_integer:
+            strings = values.astype(str).where(values.notna(), None) if values.dtype.kind == "f" else values
+            uniques = pd.unique(strings.dropna())
         head = numbers[:prefix][np.isfinite(numbers[:prefix])]
         columns[name] = {
             "head_continuous": bool((first_bad < 0 or first_bad >= prefix) and len(head)
                                     and (head != np.round(head)).any()),
-            "labels": None if uniques is None or len(uniques) > _MAX_STATES else list(uniques),
+            "labels": None if uniques is None or len(uniques) > _MAX_STATES else [str(u) for u in uniques],
             "first_non_number": first_bad,
             "non_integer": non_integer,
             "empty": bool(values.notna().sum() == 0),
@@ -198,7 +213,9 @@ def _encode(block: _Block, storage_options: dict | None, plan: dict) -> dict[str
             out[target] = _numbers(values)[0]
             continue
         strings = values.astype(str).where(values.notna(), None) if values.dtype.kind == "f" else values
-        out[target] = pd.Index(labels).get_indexer(strings).astype(dtype)  # missing -> -1
+        codes, uniques = pd.factorize(strings, use_na_sentinel=True)
+        lookup = np.append(pd.Index(labels).get_indexer(uniques), -1).astype(dtype)  # missing -> -1
+        out[target] = lookup[codes]
     return out
 
 
