@@ -103,6 +103,7 @@ def connect(
             processes=True,
             dashboard_address=dashboard_address,
             env=WORKER_ENV,
+            scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
         )
     with cluster, Client(cluster) as local:
         yield local

@@ -72,7 +72,10 @@ def fit(
     progress
         Show progress of the passes.
     callback
-        Called with each iteration's history record.
+        Called with each iteration's history record. On a distributed cluster
+        (``client=`` or the default client) every record is also logged as a
+        ``"dpgm.fit"`` event, with the fit id, method, restart, elapsed time and
+        rows/s of the last pass, for the dashboard's ``/dpgm`` page.
     **options
         Method options (see above).
 
@@ -101,6 +104,45 @@ def fit(
         from dpgm.data import from_table
 
         data = from_table(data)  # EM reads rows: a table's cells become weighted rows
+    reporter = _reporter(model, data, method, client, callback)
+    if reporter is None:
+        return _dispatch(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                         callback=callback, **options)
+    try:
+        result = _dispatch(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                           callback=reporter, **options)
+    except BaseException as error:
+        reporter.finish("failed", error=f"{type(error).__name__}: {error}")
+        raise
+    reporter.finish("converged" if result.converged else "stopped", converged=result.converged,
+                    n_iter=result.n_iter)
+    return result
+
+
+def _reporter(model, data, method, client, callback):
+    """On a cluster, a callback that also logs every iteration for the dashboard's ``/dpgm`` page.
+
+    ``None`` without a distributed client (given or default) or for a method without
+    iterations; see :mod:`dpgm.dashboard`.
+    """
+    defaults = [(HiddenMarkovModel, "em"), (MarkovNetwork, "ipf"), (LogLinearModel, "lbfgs")]
+    iterative = method or next((name for kind, name in defaults if isinstance(model, kind)), None)
+    if iterative is None or (isinstance(model, BayesianNetwork) and iterative != "em"):
+        return None
+    try:
+        from dpgm.cluster import current_client
+        from dpgm.dashboard import FitReporter
+
+        client = client or current_client()
+        if client is None or getattr(client, "asynchronous", False) or client.status != "running":
+            return None
+        rows = data.sizes.get("row") if isinstance(data, xr.Dataset) else None
+        return FitReporter(client, iterative, type(model).__name__, rows, callback)
+    except Exception:  # watching a fit must never stop it
+        return None
+
+
+def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback, **options) -> FitResult:
     if isinstance(model, BayesianNetwork):
         if method == "em":
             return fit_bayesian_network_em(model, data, tol=tol, max_iter=max_iter, client=client,

@@ -1,0 +1,317 @@
+"""The dashboard's /dpgm page: events per iteration, the scheduler's fit log, the page in a real browser."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpgm
+from dpgm.cluster import connect
+from dpgm.dashboard import FitLog, FitReporter
+
+QUESTIONS = {f"q{i}": ["a", "b", "c"] for i in range(6)}
+CYCLE = [("q0", "q1"), ("q1", "q2"), ("q2", "q3"), ("q3", "q0")]  # not decomposable: IPF iterates
+SCREENSHOT = os.environ.get("DPGM_DASHBOARD_SCREENSHOT")  # e.g. docs/dashboard.png to refresh the README's
+
+
+class RecordingClient:
+    status = "running"
+
+    def __init__(self, broken: bool = False):
+        self.events: list[tuple[str, dict]] = []
+        self.broken = broken
+
+    def log_event(self, topic, msg):
+        if self.broken:
+            raise OSError("scheduler gone")
+        json.dumps(msg)  # what msgpack would refuse, json refuses too
+        self.events.append((topic, msg))
+
+
+def test_reporter_logs_each_record_with_fit_id_restart_and_change_and_passes_the_record_on():
+    seen = []
+    client = RecordingClient()
+    reporter = FitReporter(client, "ipf", "MarkovNetwork", 1000, seen.append)
+    records = [{"iteration": k, "loglik": np.float64(-10.0 + k), "max_error": 0.1 / k, "seconds": 1e-4 * k}
+               for k in (1, 2, 3)]
+    time.sleep(0.02)  # the counting pass, before the algorithm's clock starts
+    for record in records:
+        reporter(record)
+    reporter.finish("converged", converged=True, n_iter=3)
+    assert seen == records  # the user's callback gets the algorithm's records, unchanged
+    topics = {topic for topic, _ in client.events}
+    assert topics == {"dpgm.fit"}
+    events = [event for _, event in client.events]
+    assert [e["status"] for e in events] == ["running"] * 4 + ["converged"]
+    assert {e["fit"] for e in events} == {reporter.fit} and reporter.fit.startswith("ipf-")
+    points = [e for e in events if "iteration" in e]
+    assert [e["iteration"] for e in points] == [1, 2, 3]
+    assert [e["restart"] for e in points] == [0, 0, 0]
+    assert [e["change"] for e in points] == [None, 1.0, 1.0]
+    assert [e["max_error"] for e in points] == [0.1, 0.05, 0.1 / 3]
+    assert all(1000 / 0.1 < e["rows_per_second"] < 1000 / 0.02 for e in points)  # 1000 rows in the pass
+
+
+def test_reporter_never_fails_the_fit_when_the_scheduler_is_gone():
+    seen = []
+    reporter = FitReporter(RecordingClient(broken=True), "em", "BayesianNetwork", 10, seen.append)
+    for k in range(1, 4):
+        reporter({"restart": 0, "iteration": k, "loglik": -5.0, "change": 0.0, "seconds": 0.1 * k})
+    reporter.finish("stopped")
+    assert len(seen) == 3 and reporter.failed
+
+
+def test_fit_log_keeps_every_point_and_the_final_status():
+    log = FitLog()
+    log.add({"fit": "em-1", "method": "em", "model": "BayesianNetwork", "status": "running", "rows": 5})
+    for k in range(1, 1501):  # more than the 1000 events per topic the scheduler keeps
+        for restart in (0, 1):
+            log.add({"fit": "em-1", "status": "running", "restart": restart, "iteration": k, "loglik": -k})
+    log.add({"fit": "em-1", "status": "stopped", "n_iter": 1500})
+    log.add({"fit": "em-1", "status": "running"})  # a late event does not revive a finished fit
+    log.add({"no": "fit id"})
+    (fit,) = log.summary()
+    assert fit["status"] == "stopped" and fit["n_iter"] == 1500 and fit["rows"] == 5
+    assert [r["iteration"] for r in fit["restarts"]] == [list(range(1, 1501))] * 2
+    assert fit["restarts"][1]["latest"]["loglik"] == -1500
+
+
+# ---------------------------------------------------------------- a real cluster and a real browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 10.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read()
+
+
+def _wait_for(condition, timeout: float, what: str, seen=lambda: None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last seen: {seen()}")
+
+
+def _fits(base: str) -> dict[str, dict]:
+    return {f["fit"]: f for f in json.loads(_get(f"{base}/dpgm/data.json"))["fits"]}
+
+
+class Pause:
+    """A callback that holds the fit at one record until released (so the page is loaded mid-fit)."""
+
+    def __init__(self, restart: int, iteration: int):
+        self.at = (restart, iteration)
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, record: dict) -> None:
+        if (record.get("restart", 0), record["iteration"]) == self.at:
+            self.reached.set()
+            self.release.wait(120)
+
+
+class FitThread(threading.Thread):
+    def __init__(self, *args, **kwargs):
+        super().__init__(daemon=True)
+        self.args, self.kwargs = args, kwargs
+        self.result = self.error = None
+
+    def run(self):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+                self.result = dpgm.fit(*self.args, **self.kwargs)
+        except BaseException as error:  # re-raised by the test
+            self.error = error
+
+
+# Counts of the points in the page's Bokeh document (what the browser received) and its rendered text
+# (shadow roots included: Bokeh 3 renders its widgets there).
+PAGE_STATE = """(() => {
+  if (!window.Bokeh || !Bokeh.documents || !Bokeh.documents.length) return null;
+  const points = {};
+  for (const doc of Bokeh.documents)
+    for (const model of doc.all_models)
+      if (typeof model.name === "string" && model.name.startsWith("dpgm-points|"))
+        points[model.name] = model.get_length();
+  const texts = [];
+  const walk = (node) => {
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const child of node.childNodes) {
+      if (child.nodeType === Node.TEXT_NODE) texts.push(child.textContent); else walk(child);
+    }
+  };
+  walk(document.body);
+  return JSON.stringify({points, text: texts.join(" ").replace(/\\s+/g, " ")});
+})()"""
+
+
+class Chromium:
+    """Headless chromium driven over the DevTools protocol (tornado's websocket client: no extra package)."""
+
+    def __init__(self, profile: Path):
+        self.port = _free_port()
+        self.process = subprocess.Popen(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--remote-debugging-port={self.port}",
+             "--remote-debugging-address=127.0.0.1", "--window-size=1400,800", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def page_socket(self) -> str:
+        def page():
+            try:
+                targets = json.loads(_get(f"http://127.0.0.1:{self.port}/json/list", timeout=2))
+            except OSError:
+                return None
+            return next((t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page"), None)
+
+        return _wait_for(page, 30, "chromium's DevTools endpoint")
+
+    def close(self):
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+async def _load_page(socket_url: str, url: str, expected: dict[str, int], screenshot: Path) -> dict:
+    """Open ``url``, wait until the page's document holds ``expected`` points per source, screenshot it."""
+    from tornado.websocket import websocket_connect
+
+    connection = await websocket_connect(socket_url, max_message_size=64 * 2**20)
+    counter = 0
+
+    async def call(method: str, **params):
+        nonlocal counter
+        counter += 1
+        await connection.write_message(json.dumps({"id": counter, "method": method, "params": params}))
+        while True:
+            message = json.loads(await asyncio.wait_for(connection.read_message(), 30))
+            if message.get("id") == counter:
+                if "error" in message:
+                    raise AssertionError(f"{method}: {message['error']}")
+                return message["result"]
+
+    try:
+        await call("Page.enable")
+        await call("Page.navigate", url=url)
+        state = None
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            value = (await call("Runtime.evaluate", expression=PAGE_STATE, returnByValue=True))["result"]
+            state = json.loads(value["value"]) if value.get("value") else None
+            if state and state["points"] == expected and f"{sum(expected.values())} points" in state["text"]:
+                break
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(0.5)  # let the canvas draw the last points
+        image = await call("Page.captureScreenshot", format="png")
+        screenshot.write_bytes(base64.b64decode(image["data"]))
+        return state or {}
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def zarr_data(tmp_path_factory):
+    truth = dpgm.latent_class_model(QUESTIONS, 3).randomized(np.random.default_rng(3), concentration=0.4)
+    data = dpgm.sample_bayesian_network(truth, 20_000, None, seed=4).drop_vars("class")
+    path = tmp_path_factory.mktemp("dashboard") / "answers.zarr"
+    dpgm.write_dataset(data, path, chunk_rows=5_000)
+    return path
+
+
+def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_path, zarr_data):
+    if shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed (scripts/install-system-packages.sh installs it as root)")
+    chromium = Chromium(tmp_path / "profile")
+    try:
+        with connect(n_workers=1, dashboard_address="127.0.0.1:0") as client:
+            base = client.dashboard_link.rsplit("/", 1)[0]
+            assert 'href="dpgm"' in _get(f"{base}/status").decode()  # the printed link leads to the page
+            data = dpgm.open_dataset(zarr_data)
+            em_pause, ipf_pause = Pause(restart=1, iteration=8), Pause(restart=0, iteration=4)
+            em = FitThread(dpgm.latent_class_model(QUESTIONS, 3), data, method="em", n_init=2, random_state=0,
+                           tol=0, max_iter=10, client=client, callback=em_pause)
+            ipf = FitThread(dpgm.MarkovNetwork.from_cliques(CYCLE, QUESTIONS), data, method="ipf", tol=0,
+                            max_iter=6, client=client, callback=ipf_pause)
+            em.start()
+            ipf.start()
+            try:
+                for pause in (em_pause, ipf_pause):
+                    assert pause.reached.wait(60), "a fit never reached its pause"
+
+                def points(fits):
+                    return {(f["method"], r["restart"]): len(r["iteration"])
+                            for f in fits.values() for r in f["restarts"]}
+
+                def paused_fits():  # every point up to the pause has reached the scheduler
+                    fits = _fits(base)
+                    return fits if points(fits) == {("em", 0): 8, ("em", 1): 8, ("ipf", 0): 4} else None
+
+                fits = _wait_for(paused_fits, 30, "the paused fits' points in /dpgm/data.json",
+                                 lambda: points(_fits(base)))
+                assert all(f["status"] == "running" for f in fits.values())
+                assert {f["model"] for f in fits.values()} == {"BayesianNetwork", "MarkovNetwork"}
+                latest = [r["latest"] for f in fits.values() for r in f["restarts"]]
+                assert all(p["rows_per_second"] > 0 and p["elapsed"] > 0 for p in latest)
+                (ipf_id,) = [k for k, f in fits.items() if f["method"] == "ipf"]
+                assert fits[ipf_id]["restarts"][0]["latest"]["max_error"] > 0  # IPF's marginal error
+
+                expected = {f"dpgm-points|{k}|{r['restart']}": len(r["iteration"])
+                            for k, f in fits.items() for r in f["restarts"]}
+                shot = Path(SCREENSHOT) if SCREENSHOT else tmp_path / "dashboard.png"
+                state = asyncio.run(_load_page(chromium.page_socket(), f"{base}/dpgm", expected, shot))
+                assert state.get("points") == expected  # the browser's Bokeh document holds every point
+                assert "20 points" in state["text"] and "2 running" in state["text"]
+                assert all(fit_id in state["text"] for fit_id in fits)  # the table lists every fit
+                assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+            finally:
+                em_pause.release.set()
+                ipf_pause.release.set()
+                em.join(120)
+                ipf.join(120)
+            for thread in (em, ipf):
+                if thread.error is not None:
+                    raise thread.error
+            # driver-side gradient fits are watched the same way
+            results = {"em": em.result, "ipf": ipf.result}
+            for method in ("gis", "lbfgs", "newton"):
+                results[method] = dpgm.fit(dpgm.MarkovNetwork.from_cliques(CYCLE, QUESTIONS), data, method=method,
+                                           tol=1e-6, max_iter=2000, client=client)
+            fits = _fits(base)
+            by_method = {f["method"]: f for f in fits.values()}
+            assert set(by_method) == set(results)
+            for method, result in results.items():
+                fit = by_method[method]
+                assert fit["status"] == ("converged" if result.converged else "stopped"), method
+                assert fit["n_iter"] == result.n_iter
+                histories = result.info["restart_histories"] if method == "em" else [result.history]
+                assert [r["loglik"] for r in fit["restarts"]] == [[h["loglik"] for h in history]
+                                                                  for history in histories], method
+    finally:
+        chromium.close()
