@@ -9,8 +9,9 @@ CSV. Two passes, one task per block each:
    its row count; the driver merges them in block order (labels keep the order
    of first appearance in the whole input) and decides each column's kind;
 2. **encode**: each block is read again and encoded with the final labels
-   (int8 codes up to 127 states, else int16); the blocks, rechunked to
-   ``chunk_rows``, are written to Zarr in parallel.
+   (int8 codes up to 127 states, else int16) and writes the Zarr chunks that
+   lie wholly inside it; a chunk shared by neighbouring blocks is written by one
+   small task from their pieces (no rechunking graph, one write per chunk).
 
 So conversion scales with workers, and nothing holds more than a block. Column
 kinds: a column whose first ``chunk_rows`` values (10,000 by default) all parse
@@ -219,6 +220,58 @@ def _encode(block: _Block, storage_options: dict | None, plan: dict) -> dict[str
     return out
 
 
+def _encode_and_write(block: _Block, storage_options: dict | None, plan: dict, target: str, start: int,
+                      stop: int, chunk_rows: int) -> dict[str, dict[str, np.ndarray]]:
+    """Pass 2 on one block (rows ``start:stop``): write the chunks that lie wholly inside it
+    straight to the store, return the pieces of the chunks it shares with its neighbours."""
+    import zarr
+
+    columns = _encode(block, storage_options, plan)
+    first_full = -(-start // chunk_rows) * chunk_rows
+    last_full = max(stop // chunk_rows * chunk_rows, first_full)
+    group = zarr.open_group(target, mode="r+", storage_options=storage_options)
+    edges: dict[str, dict[str, np.ndarray]] = {"head": {}, "tail": {}}
+    for name, values in columns.items():
+        if last_full > first_full:
+            group[name][first_full:last_full] = values[first_full - start:last_full - start]
+        edges["head"][name] = values[: min(first_full, stop) - start]
+        edges["tail"][name] = values[max(last_full, first_full) - start:] if last_full < stop else values[:0]
+    return edges
+
+
+def _write_edge(chunk: int, chunk_rows: int, target: str, storage_options: dict | None,
+                pieces: list[tuple[int, Any]]) -> None:
+    """Write one chunk shared by several blocks from their pieces ``(first row, {name: values})``."""
+    import zarr
+
+    group = zarr.open_group(target, mode="r+", storage_options=storage_options)
+    for name in pieces[0][1]:
+        values = np.concatenate([piece[name] for _, piece in sorted(pieces, key=lambda p: p[0])])
+        start = chunk * chunk_rows
+        group[name][start:start + len(values)] = values
+
+
+def _edge_writes(written: list, offsets: np.ndarray, chunk_rows: int, target: str,
+                 storage_options: dict | None) -> list:
+    """One task per chunk that no single block holds whole, fed by the blocks' head/tail pieces."""
+    import dask
+
+    pieces: dict[int, list] = {}
+    for index, task in enumerate(written):
+        start, stop = int(offsets[index]), int(offsets[index + 1])
+        if stop == start:
+            continue
+        first_full = -(-start // chunk_rows) * chunk_rows
+        last_full = max(stop // chunk_rows * chunk_rows, first_full)
+        if start < first_full:  # the head shares chunk start // chunk_rows with earlier blocks
+            pieces.setdefault(start // chunk_rows, []).append((start, dask.delayed(operator.getitem)(task, "head")))
+        if last_full < stop:  # the tail starts the chunk that later blocks finish
+            pieces.setdefault(last_full // chunk_rows, []).append(
+                (last_full, dask.delayed(operator.getitem)(task, "tail")))
+    return [dask.delayed(_write_edge, pure=True)(chunk, chunk_rows, target, storage_options, parts)
+            for chunk, parts in sorted(pieces.items())]
+
+
 def convert(
     source: str | os.PathLike[str],
     target: str | os.PathLike[str],
@@ -279,6 +332,7 @@ def convert(
     import dask.array as dsa
 
     from dpgm.cluster import compute
+    from dpgm.data.integrity import mark_complete
     from dpgm.data.io import open_dataset, write_dataset
 
     source, target = os.fspath(source), os.fspath(target)
@@ -326,18 +380,20 @@ def convert(
                 raise DataError(f"has more than {_MAX_STATES} distinct values; declare it continuous",
                                 variable=name, chunk=int(offsets[index]) // chunk_rows)
         plan[name] = (name, list(labels), "int8" if len(labels) <= 127 else "int16")
-    encoded = [dask.delayed(_encode, pure=True)(
-        b, storage_options, plan, dask_key_name=f"dpgm-convert-encode-{dask.base.tokenize(b, storage_options, plan)}")
-        for b in blocks]
-    data_vars = {}
-    for name, (variable, labels, dtype) in plan.items():
-        pieces = [dsa.from_delayed(dask.delayed(operator.getitem, pure=True)(e, variable), shape=(r["rows"],),
-                                   dtype=dtype)
-                  for e, r in zip(encoded, found, strict=True) if r["rows"]]
-        attrs = state_attrs(labels, dtype) if labels is not None else {}
-        data_vars[variable] = xr.Variable(ROW, dsa.concatenate(pieces), attrs=attrs)
-    dataset = xr.Dataset(data_vars)
-    written = write_dataset(dataset, target, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options,
-                            compute=False)
-    compute(written, client=client, progress=progress)
+    template = xr.Dataset({
+        variable: xr.Variable(ROW, dsa.zeros(n_rows, dtype=dtype, chunks=chunk_rows),
+                              attrs=state_attrs(labels, dtype) if labels is not None else {})
+        for variable, labels, dtype in plan.values()})
+    write_dataset(template, target, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options,
+                  compute=False)  # metadata only, marked incomplete; the chunk writes below are dpgm's
+    written = []
+    for index, block in enumerate(blocks):
+        token = dask.base.tokenize(block, storage_options, plan, target, chunk_rows)
+        written.append(dask.delayed(_encode_and_write, pure=True)(
+            block, storage_options, plan, target, int(offsets[index]), int(offsets[index + 1]), chunk_rows,
+            dask_key_name=f"dpgm-convert-encode-{token}"))
+    edges = _edge_writes(written, offsets, chunk_rows, target, storage_options)
+    # only small values come back: the pieces travel between workers, never through the driver
+    compute(dask.delayed(list)(edges + [dask.delayed(len)(w) for w in written]), client=client, progress=progress)
+    mark_complete(target, storage_options)  # last: after every chunk
     return open_dataset(target, storage_options=storage_options)
