@@ -220,11 +220,13 @@ def counts(data, scopes, as_json, out, scheduler, scheduler_file, workers, conne
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Save a convergence plot (log-likelihood per iteration) to this PNG/SVG/PDF file.")
+@click.option("--performance-report", type=click.Path(), default=None,
+              help="Save Dask's performance report of the fit (task stream, profile) to this HTML file.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
-def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, scheduler, scheduler_file,
-        workers) -> None:
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, performance_report, scheduler,
+        scheduler_file, workers) -> None:
     """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
 
     Exits 0 on convergence and 3 when the iteration limit was reached first.
@@ -252,8 +254,9 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
             options["resume"] = checkpoint
         with _cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
-            result = run(model, ds, method=method or spec_method, client=client, progress=_progress(),
-                         callback=_echo_iteration, **options)
+            with _performance_report(performance_report):
+                result = run(model, ds, method=method or spec_method, client=client, progress=_progress(),
+                             callback=_echo_iteration, **options)
             seconds = time.perf_counter() - start
         result.model.save(out, mode="w" if overwrite else "w-")
     click.echo(result.summary())
@@ -268,6 +271,15 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
 
 
 _STOPPING_RULE = ("max_iter", "tol", "loglik_tol")
+
+
+def _performance_report(path):
+    """``distributed.performance_report`` into ``path`` (written when the block ends), or nothing."""
+    if path is None:
+        return contextlib.nullcontext()
+    from distributed import performance_report
+
+    return performance_report(filename=str(path))
 
 
 def _spec_fingerprint(spec: dict, method: str | None) -> dict:
