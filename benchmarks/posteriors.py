@@ -46,7 +46,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dpgm  # noqa: E402
-from dpgm.inference.evidence import BatchedTree  # noqa: E402
+from dpgm.inference import BatchedTree  # noqa: E402
 from dpgm.inference.triangulation import build_tree  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"

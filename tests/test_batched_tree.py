@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgm
-from dpgm.inference.evidence import BatchedTree
+from dpgm.inference.batched import BatchedTree
 
 
 def _joint(variables, cards, factors):

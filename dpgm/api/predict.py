@@ -58,7 +58,7 @@ def predict_proba(
     (5, 2)
     """
     from dpgm.data.io import add_variables
-    from dpgm.inference.evidence import BatchedTree
+    from dpgm.inference.batched import BatchedTree
     from dpgm.inference.junction_tree import model_factors
     from dpgm.stats.posterior import posterior_map
 

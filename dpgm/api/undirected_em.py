@@ -29,7 +29,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     from dpgm.cluster import current_client, iteration_span
     from dpgm.fit.em import em
     from dpgm.fit.tree_ipf import tree_ipf
-    from dpgm.inference.evidence import BatchedTree
+    from dpgm.inference.batched import BatchedTree
     from dpgm.inference.triangulation import build_tree
     from dpgm.stats.expected import expected_counts
 

@@ -132,7 +132,7 @@ class TreeEngine:
     def __call__(
         self, log_potentials: Mapping[Scope, np.ndarray], scopes: Sequence[Scope]
     ) -> tuple[dict[Scope, np.ndarray], float]:
-        from dpgm.inference.evidence import BatchedTree
+        from dpgm.inference.batched import BatchedTree
 
         factors = [(s, np.exp(t)) for s, t in [*log_potentials.items(), *self.fixed.items()]]
         if self._tree is None or self._tree.scopes != [s for s, _ in factors]:

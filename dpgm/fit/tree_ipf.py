@@ -25,7 +25,7 @@ import numpy as np
 from dpgm.fit.ipf import IPFState, _log_ratio
 from dpgm.fit.result import log_iteration
 from dpgm.fit.tables import Scope, expand, loglik_from_potentials, reduce_to
-from dpgm.inference.evidence import BatchedTree
+from dpgm.inference.batched import BatchedTree
 from dpgm.inference.triangulation import build_tree
 
 __all__ = ["tree_ipf"]

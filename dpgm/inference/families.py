@@ -42,276 +42,14 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 
-import numba
 import numpy as np
 
-from dpgm.inference.batched import _expected_kernel, _layout, _unique_rows
+from dpgm.inference import propagation
+from dpgm.inference._kernels import _clique_base, _enumerate_kernel
+from dpgm.inference.propagation import compile_layout, distinct_rows
 from dpgm.inference.triangulation import TreeStructure, build_tree
 
 __all__ = ["FamilyPlan", "FamilyParameters"]
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _family_index(f, state, family_offset, family_var_ptr, family_var, family_stride, first):
-    """Flat index of family ``f``'s cell at ``state``, from its ``first``-th variable on (1 = parents only)."""
-    index = family_offset[f]
-    for k in range(family_var_ptr[f] + first, family_var_ptr[f + 1]):
-        index += state[family_var[k]] * family_stride[k]
-    return index
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _find(root, v):
-    while root[v] != v:
-        root[v] = root[root[v]]
-        v = root[v]
-    return v
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _enumerate_kernel(codes, weights, column_var, card, is_leaf, family_offset, family_var_ptr, family_var,
-                      family_stride, log_theta, theta, limit, counts, fallback):
-    """Rows with few unobserved non-leaf variables: exact expected family counts by enumeration.
-
-    Adds ``w · P(family cell | e)`` into ``counts`` for every such row and returns
-    the weighted log-likelihood of those rows; ``fallback[r]`` is set for rows
-    whose enumeration would cost more than ``limit`` (they are left untouched).
-    The enumerated variables split into independent groups (connected through
-    the families they share), each enumerated on its own.
-    """
-    n_vars = card.shape[0]
-    n_columns = codes.shape[1]
-    state = np.empty(n_vars, dtype=np.int64)
-    root = np.empty(n_vars, dtype=np.int64)
-    group = np.empty(n_vars, dtype=np.int64)
-    kind = np.empty(n_vars, dtype=np.int64)  # 0 fully observed, 1 meets E, 2 unobserved leaf
-    plain = np.empty(n_vars, dtype=np.int64)  # fully observed families
-    plain_cell = np.empty(n_vars, dtype=np.int64)
-    loose = np.empty(n_vars, dtype=np.int64)  # unobserved leaves whose parents are all observed
-    # per group: its variables, the families meeting it, its unobserved leaves (CSR)
-    group_var_ptr = np.zeros(n_vars + 1, dtype=np.int64)
-    group_var = np.empty(n_vars, dtype=np.int64)
-    group_family_ptr = np.zeros(n_vars + 1, dtype=np.int64)
-    group_family = np.empty(n_vars, dtype=np.int64)
-    group_leaf_ptr = np.zeros(n_vars + 1, dtype=np.int64)
-    group_leaf = np.empty(n_vars, dtype=np.int64)
-    group_size = np.empty(n_vars, dtype=np.int64)
-    group_start = np.empty(n_vars + 1, dtype=np.int64)
-    fill = np.empty(n_vars, dtype=np.int64)
-    fill_leaf = np.empty(n_vars, dtype=np.int64)
-    enumerated = np.empty(n_vars, dtype=np.int64)
-    member = np.empty(n_vars, dtype=np.int64)
-    anchor = np.empty(n_vars, dtype=np.int64)  # an unobserved variable of each family (a parent for leaves)
-    grouped = np.empty(n_vars, dtype=np.int64)  # families evaluated inside a group
-    family_group = np.empty(n_vars, dtype=np.int64)
-    log_p = np.empty(max(limit, 1))
-    cells = np.empty(max(limit, 1), dtype=np.int64)  # family cells read per (group state, family)
-    missing = np.zeros(n_columns, dtype=np.bool_)  # the classified row's missingness pattern
-    known = False
-    too_costly = False
-    n_plain = n_loose = n_groups = 0
-    loglik = 0.0
-    for r in range(codes.shape[0]):
-        fallback[r] = False
-        w = weights[r]
-        if w == 0.0:
-            continue
-        same = known
-        if known:  # rows sharing a missingness pattern share the groups and the families' kinds
-            for j in range(n_columns):
-                if (codes[r, j] < 0) != missing[j]:
-                    same = False
-                    break
-        if not same:
-            for v in range(n_vars):
-                state[v] = -1
-        for j in range(n_columns):
-            state[column_var[j]] = codes[r, j]
-        if not same:
-            known = True
-            for j in range(n_columns):
-                missing[j] = codes[r, j] < 0
-            # kinds of the families; groups of enumerated variables joined by the families they share
-            n_plain = n_loose = n_enumerated = 0
-            for v in range(n_vars):
-                if state[v] < 0 and not is_leaf[v]:
-                    root[v] = v
-                    group[v] = -1
-                    enumerated[n_enumerated] = v
-                    n_enumerated += 1
-            n_kind = 0
-            for f in range(n_vars):
-                first = -1
-                leaf = state[f] < 0 and is_leaf[f]
-                for k in range(family_var_ptr[f] + (1 if leaf else 0), family_var_ptr[f + 1]):
-                    u = family_var[k]
-                    if state[u] < 0:
-                        if first < 0:
-                            first = _find(root, u)
-                            anchor[f] = u
-                        else:
-                            other = _find(root, u)
-                            if other != first:
-                                root[other] = first
-                if leaf and first < 0:
-                    kind[f] = 2
-                    loose[n_loose] = f
-                    n_loose += 1
-                elif leaf or first >= 0:
-                    kind[f] = 2 if leaf else 1
-                    grouped[n_kind] = f
-                    n_kind += 1
-                else:
-                    kind[f] = 0
-                    plain[n_plain] = f
-                    n_plain += 1
-            n_groups = 0
-            for i in range(n_enumerated):
-                top = _find(root, enumerated[i])
-                if group[top] < 0:
-                    group[top] = n_groups
-                    n_groups += 1
-            for g in range(n_groups + 1):
-                group_var_ptr[g] = group_family_ptr[g] = group_leaf_ptr[g] = 0
-            for i in range(n_enumerated):  # count members, then place them
-                member[i] = group[_find(root, enumerated[i])]
-                group_var_ptr[member[i] + 1] += 1
-            for i in range(n_kind):
-                f = grouped[i]
-                family_group[i] = group[_find(root, anchor[f])]
-                if kind[f] == 1:
-                    group_family_ptr[family_group[i] + 1] += 1
-                else:
-                    group_leaf_ptr[family_group[i] + 1] += 1
-            for g in range(n_groups):
-                group_var_ptr[g + 1] += group_var_ptr[g]
-                group_family_ptr[g + 1] += group_family_ptr[g]
-                group_leaf_ptr[g + 1] += group_leaf_ptr[g]
-            for g in range(n_groups):
-                fill[g] = group_var_ptr[g]
-            for i in range(n_enumerated):
-                group_var[fill[member[i]]] = enumerated[i]
-                fill[member[i]] += 1
-            for g in range(n_groups):
-                fill[g] = group_family_ptr[g]
-                fill_leaf[g] = group_leaf_ptr[g]
-            for i in range(n_kind):
-                f = grouped[i]
-                g = family_group[i]
-                if kind[f] == 1:
-                    group_family[fill[g]] = f
-                    fill[g] += 1
-                else:
-                    group_leaf[fill_leaf[g]] = f
-                    fill_leaf[g] += 1
-            # cost: every group's states times the families it evaluates
-            too_costly = False
-            cost = 0
-            group_start[0] = 0
-            for g in range(n_groups):
-                size = 1
-                for i in range(group_var_ptr[g], group_var_ptr[g + 1]):
-                    size *= card[group_var[i]]
-                    if size > limit:
-                        too_costly = True
-                        break
-                if too_costly:
-                    break
-                group_size[g] = size
-                group_start[g + 1] = group_start[g] + size
-                work = group_family_ptr[g + 1] - group_family_ptr[g]
-                for i in range(group_leaf_ptr[g], group_leaf_ptr[g + 1]):
-                    work += card[group_leaf[i]]
-                cost += size * work
-                if cost > limit or group_start[g + 1] > limit:
-                    too_costly = True
-                    break
-        if too_costly:
-            fallback[r] = True
-            continue
-        # fully observed families: a plain count, and their log-probability
-        log_observed = 0.0
-        for t in range(n_plain):
-            index = _family_index(plain[t], state, family_offset, family_var_ptr, family_var, family_stride, 0)
-            plain_cell[t] = index
-            log_observed += log_theta[index]
-        if log_observed == -np.inf:
-            loglik = -np.inf
-            continue
-        # each group's joint states, in log space; the cells read are kept for the counting pass
-        impossible = False
-        k = 0
-        for g in range(n_groups):
-            top = -np.inf
-            v0, v1 = group_var_ptr[g], group_var_ptr[g + 1]
-            for i in range(v0, v1):
-                state[group_var[i]] = 0
-            for s in range(group_size[g]):
-                if s > 0:  # next joint state, the group's last variable fastest
-                    for i in range(v1 - 1, v0 - 1, -1):
-                        v = group_var[i]
-                        state[v] += 1
-                        if state[v] < card[v]:
-                            break
-                        state[v] = 0
-                value = 0.0
-                for t in range(group_family_ptr[g], group_family_ptr[g + 1]):
-                    index = _family_index(group_family[t], state, family_offset, family_var_ptr, family_var,
-                                          family_stride, 0)
-                    cells[k] = index
-                    k += 1
-                    value += log_theta[index]
-                for t in range(group_leaf_ptr[g], group_leaf_ptr[g + 1]):
-                    cells[k] = _family_index(group_leaf[t], state, family_offset, family_var_ptr, family_var,
-                                             family_stride, 1)
-                    k += 1
-                log_p[group_start[g] + s] = value
-                if value > top:
-                    top = value
-            if top == -np.inf:
-                impossible = True
-                break
-            total = 0.0
-            for s in range(group_start[g], group_start[g + 1]):
-                log_p[s] = math.exp(log_p[s] - top)
-                total += log_p[s]
-            log_observed += top + math.log(total)
-            for s in range(group_start[g], group_start[g + 1]):
-                log_p[s] /= total
-        if impossible:
-            loglik = -np.inf
-            continue
-        loglik += w * log_observed
-        for t in range(n_plain):
-            counts[plain_cell[t]] += w
-        for t in range(n_loose):
-            f = loose[t]
-            index = _family_index(f, state, family_offset, family_var_ptr, family_var, family_stride, 1)
-            stride = family_stride[family_var_ptr[f]]
-            for x in range(card[f]):
-                counts[index + x * stride] += w * theta[index + x * stride]
-        k = 0
-        for g in range(n_groups):
-            for s in range(group_size[g]):
-                q = w * log_p[group_start[g] + s]
-                for t in range(group_family_ptr[g], group_family_ptr[g + 1]):
-                    counts[cells[k]] += q
-                    k += 1
-                for t in range(group_leaf_ptr[g], group_leaf_ptr[g + 1]):
-                    f = group_leaf[t]
-                    index = cells[k]
-                    k += 1
-                    stride = family_stride[family_var_ptr[f]]
-                    for x in range(card[f]):
-                        counts[index + x * stride] += q * theta[index + x * stride]
-    return loglik
-
-
-@numba.njit(cache=True, nogil=True)
-def _clique_base(theta, scaled_index, cell, base):
-    """Initial clique tables: each cell the product of its assigned (max-scaled) factor entries."""
-    for k in range(cell.shape[0]):
-        base[cell[k]] *= theta[scaled_index[k]]
 
 
 class FamilyPlan:
@@ -389,7 +127,7 @@ class FamilyPlan:
         if self._structure is None:
             self._structure = build_tree(self.variables, self.cardinalities, self.families)
         if "layout" not in self.__dict__:
-            self.layout = _layout(self._structure, self.variables, self.cardinalities)
+            self.layout = compile_layout(self._structure, self.variables, self.cardinalities)
             self._clique_maps()
         return self._structure
 
@@ -405,7 +143,7 @@ class FamilyPlan:
     def _clique_maps(self) -> None:
         """Factor cell of each clique cell (initial tables), and clique cell -> family cell (counts)."""
         cliques = self.structure.cliques
-        offset = self.layout["clique_offset"]
+        offset = self.layout.clique_offset
         cells, sources = [], []
         for f, home in enumerate(self.structure.assignment):
             cells.append(np.arange(offset[home], offset[home + 1], dtype=np.int64))
@@ -446,7 +184,7 @@ class FamilyPlan:
     def total_table_size(self) -> int:
         """Cells of the fallback junction tree's clique tables."""
         self.build_tree()
-        return int(self.layout["clique_offset"][-1])
+        return self.layout.n_cells
 
     # -- parameters as one flat vector -------------------------------------------------------
 
@@ -477,7 +215,7 @@ class FamilyPlan:
         tops = np.maximum.reduceat(theta, self.family_offset[:-1]) if self.n_cells else np.zeros(0)
         tops = np.where(tops > 0, tops, 1.0)
         scaled = theta / np.repeat(tops, np.diff(self.family_offset))
-        base = np.ones(int(self.layout["clique_offset"][-1]))
+        base = np.ones(self.layout.n_cells)
         _clique_base(scaled, self.base_source, self.base_cell, base)
         return base, float(np.log(tops).sum())
 
@@ -487,23 +225,12 @@ class FamilyPlan:
         counts = np.zeros(self.n_cells)
         if not len(codes):
             return 0.0, counts
-        patterns, pattern_weights, _ = _unique_rows(codes, weights, [int(self.card[v]) for v in column_var])
+        patterns, pattern_weights, _ = distinct_rows(codes, weights, [int(self.card[v]) for v in column_var])
         self.build_tree()
         base, base_log = self._base(theta)
-        lay = self.layout
-        totals = np.zeros_like(base)
-        log_evidence = np.empty(len(patterns))
-        block = int(min(256, max(1, (1 << 19) // max(1, len(base)))))
-        _expected_kernel(patterns, pattern_weights, column_var, np.zeros((len(patterns), 0)),
-                         np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), base, base_log, lay["order"],
-                         lay["parent"], lay["clique_offset"], lay["sep_offset"], lay["up_index"], lay["down_index"],
-                         lay["down_offset"], lay["var_offset"], lay["var_state"], lay["var_home"],
-                         min(block, len(patterns)), log_evidence, totals)
-        positive = pattern_weights > 0
-        if not np.isfinite(log_evidence[positive]).all():
-            loglik = -math.inf
-        else:
-            loglik = float(np.dot(pattern_weights[positive], log_evidence[positive]))
+        log_evidence, totals = propagation.expected_counts(self.layout, base, base_log, patterns, column_var,
+                                                           pattern_weights)
+        loglik = propagation.log_likelihood(pattern_weights, log_evidence)
         counts += np.bincount(self.count_write, weights=totals[self.count_read], minlength=self.n_cells)
         return loglik, counts
 
@@ -532,8 +259,8 @@ class FamilyPlan:
             log_theta = np.log(theta)
         loglik = 0.0
         if self.enumeration_limit > 0:
-            loglik = _enumerate_kernel(codes, weights, column_var, self.card, self.is_leaf, self.family_offset,
-                                       self.family_var_ptr, self.family_var, self.family_stride, log_theta, theta,
+            family = (self.family_offset, self.family_var_ptr, self.family_var, self.family_stride)
+            loglik = _enumerate_kernel(codes, weights, column_var, self.card, self.is_leaf, family, log_theta, theta,
                                        self.enumeration_limit, counts, fallback)
         else:
             fallback[:] = weights > 0

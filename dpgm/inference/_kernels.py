@@ -1,0 +1,600 @@
+"""The numba kernels of :mod:`dpgm.inference` (private): loops over flat C-order tables and index maps.
+
+Hugin propagation for blocks of rows (posteriors, the EM accumulation of ``w * P(x_C | e)``, MAP),
+layout arrays in the order of ``TreeLayout.maps`` (:mod:`dpgm.inference.propagation`); and the
+enumeration of a Bayesian network row's unobserved non-leaf variables in independent groups.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+# -- Hugin propagation on a junction tree ---------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _load_row(work, base, b, codes, observed_var, soft, soft_var, soft_offset, var_offset, var_state, var_home,
+              clique_offset):
+    """Copy the clique tables and enter one row's hard and soft evidence."""
+    work[:] = base
+    for j in range(codes.shape[1]):
+        code = codes[b, j]
+        if code < 0:
+            continue
+        v = observed_var[j]
+        h = var_home[v]
+        start = clique_offset[h]
+        size = clique_offset[h + 1] - start
+        states = var_state[var_offset[v]: var_offset[v] + size]
+        for cell in range(size):
+            if states[cell] != code:
+                work[start + cell] = 0.0
+    for j in range(soft_var.shape[0]):
+        v = soft_var[j]
+        h = var_home[v]
+        start = clique_offset[h]
+        size = clique_offset[h + 1] - start
+        states = var_state[var_offset[v]: var_offset[v] + size]
+        for cell in range(size):
+            work[start + cell] *= soft[b, soft_offset[j] + states[cell]]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _load_block(work, base, r0, rows, codes, observed_var, soft, soft_var, soft_offset, var_offset, var_state,
+                var_home, clique_offset):
+    """Copy the clique tables for a block of rows (cells x rows) and enter their evidence."""
+    for cell in range(base.shape[0]):
+        value = base[cell]
+        for r in range(rows):
+            work[cell, r] = value
+    for j in range(codes.shape[1]):
+        v = observed_var[j]
+        h = var_home[v]
+        start = clique_offset[h]
+        for cell in range(clique_offset[h + 1] - start):
+            state = var_state[var_offset[v] + cell]
+            for r in range(rows):
+                code = codes[r0 + r, j]
+                if code >= 0 and code != state:
+                    work[start + cell, r] = 0.0
+    for j in range(soft_var.shape[0]):
+        v = soft_var[j]
+        h = var_home[v]
+        start = clique_offset[h]
+        for cell in range(clique_offset[h + 1] - start):
+            column = soft_offset[j] + var_state[var_offset[v] + cell]
+            for r in range(rows):
+                work[start + cell, r] *= soft[r0 + r, column]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _sum_propagate(work, sep, scratch, total, log_total, rows, order, parent, clique_offset, sep_offset, up_index,
+                   down_index, down_offset):
+    """Hugin collect and distribute with sum for a block of rows; ``log_total[r]`` gets log of each row's total.
+
+    Then every clique table holds its posterior marginal per row, or zeros for a row of probability zero.
+    """
+    n = order.shape[0]
+    for r in range(rows):
+        log_total[r] = 0.0
+    for k in range(n):
+        c = order[k]
+        p = parent[c]
+        start, stop = clique_offset[c], clique_offset[c + 1]
+        for r in range(rows):
+            total[r] = 0.0
+        if p < 0:
+            for cell in range(start, stop):
+                for r in range(rows):
+                    total[r] += work[cell, r]
+        else:
+            s0, s1 = sep_offset[c], sep_offset[c + 1]
+            for s in range(s0, s1):
+                for r in range(rows):
+                    sep[s, r] = 0.0
+            for cell in range(start, stop):
+                s = up_index[cell]
+                for r in range(rows):
+                    sep[s, r] += work[cell, r]
+            for s in range(s0, s1):
+                for r in range(rows):
+                    total[r] += sep[s, r]
+        for r in range(rows):
+            if total[r] > 0.0:
+                log_total[r] += math.log(total[r])
+                total[r] = 1.0 / total[r]
+            else:
+                log_total[r] = -np.inf
+                total[r] = 0.0
+        for cell in range(start, stop):
+            for r in range(rows):
+                work[cell, r] *= total[r]
+        if p < 0:
+            continue
+        for s in range(sep_offset[c], sep_offset[c + 1]):
+            for r in range(rows):
+                sep[s, r] *= total[r]
+        p0 = clique_offset[p]
+        d0 = down_offset[c]
+        for j in range(clique_offset[p + 1] - p0):
+            s = down_index[d0 + j]
+            for r in range(rows):
+                work[p0 + j, r] *= sep[s, r]
+    for k in range(n - 1, -1, -1):
+        c = order[k]
+        p = parent[c]
+        if p < 0:
+            continue
+        s0, s1 = sep_offset[c], sep_offset[c + 1]
+        for s in range(s1 - s0):
+            for r in range(rows):
+                scratch[s, r] = 0.0
+        p0 = clique_offset[p]
+        d0 = down_offset[c]
+        for j in range(clique_offset[p + 1] - p0):
+            s = down_index[d0 + j] - s0
+            for r in range(rows):
+                scratch[s, r] += work[p0 + j, r]
+        for s in range(s1 - s0):  # the Hugin update ratio new / old, with 0 / 0 = 0
+            for r in range(rows):
+                old = sep[s0 + s, r]
+                scratch[s, r] = scratch[s, r] / old if old > 0.0 else 0.0
+        for cell in range(clique_offset[c], clique_offset[c + 1]):
+            s = up_index[cell] - s0
+            for r in range(rows):
+                work[cell, r] *= scratch[s, r]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _posteriors_kernel(codes, observed_var, soft, soft_var, soft_offset, base, base_log, order, parent,
+                       clique_offset, sep_offset, up_index, down_index, down_offset, var_offset, var_state,
+                       var_home, targets, target_offset, block, out_log, out):
+    work = np.empty((base.shape[0], block))
+    sep = np.empty((sep_offset[-1], block))
+    scratch = np.empty((sep_offset[-1], block))
+    total = np.empty(block)
+    log_total = np.empty(block)
+    for r0 in range(0, codes.shape[0], block):
+        rows = min(block, codes.shape[0] - r0)
+        _load_block(work, base, r0, rows, codes, observed_var, soft, soft_var, soft_offset, var_offset, var_state,
+                    var_home, clique_offset)
+        _sum_propagate(work, sep, scratch, total, log_total, rows, order, parent, clique_offset, sep_offset,
+                       up_index, down_index, down_offset)
+        for r in range(rows):
+            out_log[r0 + r] = log_total[r] + base_log
+        for t in range(targets.shape[0]):
+            v = targets[t]
+            h = var_home[v]
+            start = clique_offset[h]
+            o = target_offset[t]
+            card = target_offset[t + 1] - o
+            for r in range(rows):
+                for s in range(card):
+                    out[r0 + r, o + s] = 0.0
+            for cell in range(clique_offset[h + 1] - start):
+                column = o + var_state[var_offset[v] + cell]
+                for r in range(rows):
+                    out[r0 + r, column] += work[start + cell, r]
+            for r in range(rows):
+                if log_total[r] == -np.inf:
+                    for s in range(card):
+                        out[r0 + r, o + s] = np.nan
+                    continue
+                norm = 0.0
+                for s in range(card):
+                    norm += out[r0 + r, o + s]
+                for s in range(card):
+                    out[r0 + r, o + s] /= norm
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _expected_kernel(codes, weights, observed_var, soft, soft_var, soft_offset, base, base_log, order, parent,
+                     clique_offset, sep_offset, up_index, down_index, down_offset, var_offset, var_state,
+                     var_home, block, out_log, totals):
+    work = np.empty((base.shape[0], block))
+    sep = np.empty((sep_offset[-1], block))
+    scratch = np.empty((sep_offset[-1], block))
+    total = np.empty(block)
+    log_total = np.empty(block)
+    w = np.empty(block)
+    for r0 in range(0, codes.shape[0], block):
+        rows = min(block, codes.shape[0] - r0)
+        _load_block(work, base, r0, rows, codes, observed_var, soft, soft_var, soft_offset, var_offset, var_state,
+                    var_home, clique_offset)
+        _sum_propagate(work, sep, scratch, total, log_total, rows, order, parent, clique_offset, sep_offset,
+                       up_index, down_index, down_offset)
+        for r in range(rows):
+            out_log[r0 + r] = log_total[r] + base_log
+            w[r] = weights[r0 + r] if log_total[r] > -np.inf else 0.0
+        for cell in range(base.shape[0]):
+            acc = 0.0
+            for r in range(rows):
+                acc += w[r] * work[cell, r]
+            totals[cell] += acc
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _map_kernel(codes, observed_var, soft, soft_var, soft_offset, base, base_log, order, parent, clique_offset,
+                sep_offset, up_index, down_index, down_offset, var_offset, var_state, var_home, out, out_log):
+    work = np.empty_like(base)
+    sep = np.empty(sep_offset[-1])
+    chosen = np.empty(parent.shape[0], dtype=np.int64)
+    n = order.shape[0]
+    for b in range(codes.shape[0]):
+        _load_row(work, base, b, codes, observed_var, soft, soft_var, soft_offset, var_offset, var_state,
+                  var_home, clique_offset)
+        log_best = base_log
+        impossible = False
+        for k in range(n):  # max-product collect
+            c = order[k]
+            p = parent[c]
+            start, stop = clique_offset[c], clique_offset[c + 1]
+            if p < 0:
+                top = 0.0
+                best = start
+                for cell in range(start, stop):
+                    if work[cell] > top:
+                        top = work[cell]
+                        best = cell
+                if not top > 0.0:
+                    impossible = True
+                    break
+                log_best += math.log(top)
+                chosen[c] = best - start
+                continue
+            s0, s1 = sep_offset[c], sep_offset[c + 1]
+            for s in range(s0, s1):
+                sep[s] = 0.0
+            for cell in range(start, stop):
+                if work[cell] > sep[up_index[cell]]:
+                    sep[up_index[cell]] = work[cell]
+            top = 0.0
+            for s in range(s0, s1):
+                if sep[s] > top:
+                    top = sep[s]
+            if not top > 0.0:
+                impossible = True
+                break
+            for s in range(s0, s1):
+                sep[s] /= top
+            log_best += math.log(top)
+            p0 = clique_offset[p]
+            d0 = down_offset[c]
+            for j in range(clique_offset[p + 1] - p0):
+                work[p0 + j] *= sep[down_index[d0 + j]]
+        if impossible:
+            out_log[b] = -np.inf
+            for v in range(out.shape[1]):
+                out[b, v] = -1
+            continue
+        out_log[b] = log_best
+        for k in range(n - 1, -1, -1):  # decode: parents before children
+            c = order[k]
+            p = parent[c]
+            if p < 0:
+                continue
+            target = down_index[down_offset[c] + chosen[p]]
+            start, stop = clique_offset[c], clique_offset[c + 1]
+            top = -1.0
+            best = start
+            for cell in range(start, stop):
+                if up_index[cell] == target and work[cell] > top:
+                    top = work[cell]
+                    best = cell
+            chosen[c] = best - start
+        for v in range(out.shape[1]):
+            out[b, v] = var_state[var_offset[v] + chosen[var_home[v]]]
+
+
+# -- enumeration of a Bayesian network's row (expected family counts) -------------------------
+# family = (offset, var_ptr, var, stride): each family's first cell in θ; its variables (child first) in CSR.
+# groups = (var_ptr, var, family_ptr, families, leaf_ptr, leaves, size, start): per group of enumerated
+# variables its variables, the families meeting it, its unobserved leaves (CSR), its states and first in log_p.
+
+
+@numba.njit(cache=True, nogil=True)
+def _clique_base(theta, scaled_index, cell, base):
+    """Initial clique tables: each cell the product of its assigned (max-scaled) factor entries."""
+    for k in range(cell.shape[0]):
+        base[cell[k]] *= theta[scaled_index[k]]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _family_index(f, state, family, first):
+    """Flat index of family ``f``'s cell at ``state``, from its ``first``-th variable on (1 = parents only)."""
+    offset, var_ptr, var, stride = family
+    index = offset[f]
+    for k in range(var_ptr[f] + first, var_ptr[f + 1]):
+        index += state[var[k]] * stride[k]
+    return index
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _find(root, v):
+    while root[v] != v:
+        root[v] = root[root[v]]
+        v = root[v]
+    return v
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _same_missingness(codes, r, missing):
+    """Whether row ``r`` misses exactly the columns ``missing``."""
+    for j in range(codes.shape[1]):
+        if (codes[r, j] < 0) != missing[j]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _classify(state, is_leaf, family, root, group, enumerated, anchor, kind, plain, loose, grouped):
+    """Kind of every family under the row's missingness; enumerated variables joined (``root``) by their families.
+
+    ``kind[f]``: 0 fully observed (in ``plain``), 1 meets the enumerated variables, 2 an unobserved
+    leaf (in ``loose`` if its parents are all observed). Kind 1 and the other leaves go to ``grouped``
+    with one unobserved variable in ``anchor``. Returns the numbers of enumerated, plain, loose, grouped.
+    """
+    _, var_ptr, var, _ = family
+    n_plain = n_loose = n_enumerated = n_grouped = 0
+    for v in range(state.shape[0]):
+        if state[v] < 0 and not is_leaf[v]:
+            root[v] = v
+            group[v] = -1
+            enumerated[n_enumerated] = v
+            n_enumerated += 1
+    for f in range(state.shape[0]):
+        first = -1
+        leaf = state[f] < 0 and is_leaf[f]
+        for k in range(var_ptr[f] + (1 if leaf else 0), var_ptr[f + 1]):
+            u = var[k]
+            if state[u] < 0:
+                if first < 0:
+                    first = _find(root, u)
+                    anchor[f] = u
+                else:
+                    other = _find(root, u)
+                    if other != first:
+                        root[other] = first
+        if leaf and first < 0:
+            kind[f] = 2
+            loose[n_loose] = f
+            n_loose += 1
+        elif leaf or first >= 0:
+            kind[f] = 2 if leaf else 1
+            grouped[n_grouped] = f
+            n_grouped += 1
+        else:
+            kind[f] = 0
+            plain[n_plain] = f
+            n_plain += 1
+    return n_enumerated, n_plain, n_loose, n_grouped
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _place_groups(n_enumerated, n_grouped, enumerated, grouped, kind, anchor, root, group, member,
+                  family_group, groups, fill, fill_leaf):
+    """Number the groups (the roots of ``root``) and place their variables, families and leaves; returns their number."""
+    var_ptr, var, family_ptr, families, leaf_ptr, leaves, _, _ = groups
+    n_groups = 0
+    for i in range(n_enumerated):
+        top = _find(root, enumerated[i])
+        if group[top] < 0:
+            group[top] = n_groups
+            n_groups += 1
+    for g in range(n_groups + 1):
+        var_ptr[g] = family_ptr[g] = leaf_ptr[g] = 0
+    for i in range(n_enumerated):  # count members, then place them
+        member[i] = group[_find(root, enumerated[i])]
+        var_ptr[member[i] + 1] += 1
+    for i in range(n_grouped):
+        f = grouped[i]
+        family_group[i] = group[_find(root, anchor[f])]
+        if kind[f] == 1:
+            family_ptr[family_group[i] + 1] += 1
+        else:
+            leaf_ptr[family_group[i] + 1] += 1
+    for g in range(n_groups):
+        var_ptr[g + 1] += var_ptr[g]
+        family_ptr[g + 1] += family_ptr[g]
+        leaf_ptr[g + 1] += leaf_ptr[g]
+    for g in range(n_groups):
+        fill[g] = var_ptr[g]
+    for i in range(n_enumerated):
+        var[fill[member[i]]] = enumerated[i]
+        fill[member[i]] += 1
+    for g in range(n_groups):
+        fill[g] = family_ptr[g]
+        fill_leaf[g] = leaf_ptr[g]
+    for i in range(n_grouped):
+        f = grouped[i]
+        g = family_group[i]
+        if kind[f] == 1:
+            families[fill[g]] = f
+            fill[g] += 1
+        else:
+            leaves[fill_leaf[g]] = f
+            fill_leaf[g] += 1
+    return n_groups
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _too_costly(n_groups, groups, card, limit):
+    """Size every group; whether the row's enumeration (sum of ``|states| x families evaluated``) exceeds ``limit``."""
+    var_ptr, var, family_ptr, _, leaf_ptr, leaves, size, start = groups
+    cost = 0
+    start[0] = 0
+    for g in range(n_groups):
+        states = 1
+        for i in range(var_ptr[g], var_ptr[g + 1]):
+            states *= card[var[i]]
+            if states > limit:
+                return True
+        size[g] = states
+        start[g + 1] = start[g] + states
+        work = family_ptr[g + 1] - family_ptr[g]
+        for i in range(leaf_ptr[g], leaf_ptr[g + 1]):
+            work += card[leaves[i]]
+        cost += states * work
+        if cost > limit or start[g + 1] > limit:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _observed_log(n_plain, plain, plain_cell, state, family, log_theta):
+    """Log-probability of the fully observed families; their cells kept in ``plain_cell``."""
+    log_observed = 0.0
+    for t in range(n_plain):
+        index = _family_index(plain[t], state, family, 0)
+        plain_cell[t] = index
+        log_observed += log_theta[index]
+    return log_observed
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _enumerate_groups(log_observed, n_groups, groups, state, card, family, log_theta, log_p, cells):
+    """Each group's joint states: normalized probabilities in ``log_p``, the family cells read in ``cells``.
+
+    Returns ``log_observed`` plus the log of every group's total, or ``-inf`` if a group has probability zero.
+    """
+    var_ptr, var, family_ptr, families, leaf_ptr, leaves, size, start = groups
+    k = 0
+    for g in range(n_groups):
+        top = -np.inf
+        v0, v1 = var_ptr[g], var_ptr[g + 1]
+        for i in range(v0, v1):
+            state[var[i]] = 0
+        for s in range(size[g]):
+            if s > 0:  # next joint state, the group's last variable fastest
+                for i in range(v1 - 1, v0 - 1, -1):
+                    v = var[i]
+                    state[v] += 1
+                    if state[v] < card[v]:
+                        break
+                    state[v] = 0
+            value = 0.0
+            for t in range(family_ptr[g], family_ptr[g + 1]):
+                index = _family_index(families[t], state, family, 0)
+                cells[k] = index
+                k += 1
+                value += log_theta[index]
+            for t in range(leaf_ptr[g], leaf_ptr[g + 1]):
+                cells[k] = _family_index(leaves[t], state, family, 1)
+                k += 1
+            log_p[start[g] + s] = value
+            if value > top:
+                top = value
+        if top == -np.inf:
+            return -np.inf
+        total = 0.0
+        for s in range(start[g], start[g + 1]):
+            log_p[s] = math.exp(log_p[s] - top)
+            total += log_p[s]
+        log_observed += top + math.log(total)
+        for s in range(start[g], start[g + 1]):
+            log_p[s] /= total
+    return log_observed
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _add_row_counts(w, n_plain, plain_cell, n_loose, loose, n_groups, groups, state, card, family, theta, log_p,
+                    cells, counts):
+    """Add ``w · P(family cell | e)`` of one row: plain cells, loose leaves, then each group's states."""
+    _, family_var_ptr, _, family_stride = family
+    _, _, family_ptr, _, leaf_ptr, leaves, size, start = groups
+    for t in range(n_plain):
+        counts[plain_cell[t]] += w
+    for t in range(n_loose):
+        f = loose[t]
+        index = _family_index(f, state, family, 1)
+        stride = family_stride[family_var_ptr[f]]
+        for x in range(card[f]):
+            counts[index + x * stride] += w * theta[index + x * stride]
+    k = 0
+    for g in range(n_groups):
+        for s in range(size[g]):
+            q = w * log_p[start[g] + s]
+            for t in range(family_ptr[g], family_ptr[g + 1]):
+                counts[cells[k]] += q
+                k += 1
+            for t in range(leaf_ptr[g], leaf_ptr[g + 1]):
+                f = leaves[t]
+                index = cells[k]
+                k += 1
+                stride = family_stride[family_var_ptr[f]]
+                for x in range(card[f]):
+                    counts[index + x * stride] += q * theta[index + x * stride]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _enumerate_kernel(codes, weights, column_var, card, is_leaf, family, log_theta, theta, limit, counts, fallback):
+    """Exact expected family counts of rows with few unobserved non-leaf variables, by enumeration.
+
+    Adds ``w · P(family cell | e)`` of each row into ``counts`` and returns their weighted log-likelihood;
+    ``fallback[r]`` marks (and skips) rows costing more than ``limit``. Consecutive rows with the same
+    missingness share the classification of the families and the groups.
+    """
+    n_vars = card.shape[0]
+    n_columns = codes.shape[1]
+    state = np.empty(n_vars, dtype=np.int64)
+    root = np.empty(n_vars, dtype=np.int64)
+    group = np.empty(n_vars, dtype=np.int64)
+    kind = np.empty(n_vars, dtype=np.int64)
+    plain = np.empty(n_vars, dtype=np.int64)
+    plain_cell = np.empty(n_vars, dtype=np.int64)
+    loose = np.empty(n_vars, dtype=np.int64)
+    enumerated = np.empty(n_vars, dtype=np.int64)
+    member = np.empty(n_vars, dtype=np.int64)
+    anchor = np.empty(n_vars, dtype=np.int64)
+    grouped = np.empty(n_vars, dtype=np.int64)
+    family_group = np.empty(n_vars, dtype=np.int64)
+    fill = np.empty(n_vars, dtype=np.int64)
+    fill_leaf = np.empty(n_vars, dtype=np.int64)
+    groups = (np.zeros(n_vars + 1, dtype=np.int64), np.empty(n_vars, dtype=np.int64),
+              np.zeros(n_vars + 1, dtype=np.int64), np.empty(n_vars, dtype=np.int64),
+              np.zeros(n_vars + 1, dtype=np.int64), np.empty(n_vars, dtype=np.int64),
+              np.empty(n_vars, dtype=np.int64), np.empty(n_vars + 1, dtype=np.int64))
+    log_p = np.empty(max(limit, 1))
+    cells = np.empty(max(limit, 1), dtype=np.int64)  # family cells read per (group state, family)
+    missing = np.zeros(n_columns, dtype=np.bool_)  # the classified row's missingness pattern
+    known = False
+    too_costly = False
+    n_plain = n_loose = n_groups = 0
+    loglik = 0.0
+    for r in range(codes.shape[0]):
+        fallback[r] = False
+        w = weights[r]
+        if w == 0.0:
+            continue
+        same = known and _same_missingness(codes, r, missing)
+        if not same:
+            for v in range(n_vars):
+                state[v] = -1
+        for j in range(n_columns):
+            state[column_var[j]] = codes[r, j]
+        if not same:
+            known = True
+            for j in range(n_columns):
+                missing[j] = codes[r, j] < 0
+            n_enumerated, n_plain, n_loose, n_grouped = _classify(
+                state, is_leaf, family, root, group, enumerated, anchor, kind, plain, loose, grouped)
+            n_groups = _place_groups(n_enumerated, n_grouped, enumerated, grouped, kind, anchor, root, group,
+                                     member, family_group, groups, fill, fill_leaf)
+            too_costly = _too_costly(n_groups, groups, card, limit)
+        if too_costly:
+            fallback[r] = True
+            continue
+        log_observed = _observed_log(n_plain, plain, plain_cell, state, family, log_theta)
+        if log_observed != -np.inf:  # else the row is impossible whatever the groups
+            log_observed = _enumerate_groups(log_observed, n_groups, groups, state, card, family, log_theta, log_p,
+                                             cells)
+        if log_observed == -np.inf:
+            loglik = -np.inf
+            continue
+        loglik += w * log_observed
+        _add_row_counts(w, n_plain, plain_cell, n_loose, loose, n_groups, groups, state, card, family, theta,
+                        log_p, cells, counts)
+    return loglik
