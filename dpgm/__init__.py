@@ -25,7 +25,7 @@ from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
-from dpgm.stats import Counts, counts
+from dpgm.stats import Counts, Moments, counts, moments
 
 __all__ = [
     "BayesianNetwork",
@@ -39,6 +39,7 @@ __all__ = [
     "JunctionTree",
     "LogLinearModel",
     "MarkovNetwork",
+    "Moments",
     "Schema",
     "available_networks",
     "compute",
@@ -56,6 +57,7 @@ __all__ = [
     "map_assignment",
     "marginal",
     "marginals",
+    "moments",
     "open_dataset",
     "predict_proba",
     "read_bif",
