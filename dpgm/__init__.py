@@ -20,6 +20,7 @@ from dpgm.inference import (
 )
 from dpgm.io import read_bif, read_uai, write_bif, write_uai
 from dpgm.models import BayesianNetwork, latent_class_model
+from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -34,6 +35,7 @@ __all__ = [
     "DataError",
     "DpgmWarning",
     "FitResult",
+    "GaussianGraphicalModel",
     "HiddenMarkovModel",
     "ImpossibleEvidenceError",
     "JunctionTree",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
+from dpgm.api.gaussian import fit_gaussian
 from dpgm.api.hmm import fit_hmm
 from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
@@ -15,6 +16,7 @@ from dpgm.api.predict import predict_proba
 from dpgm.api.undirected_em import fit_undirected_em
 from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -162,7 +164,10 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
     if isinstance(model, LogLinearModel):
         return fit_log_linear(model, data, method or "lbfgs", tol=tol, max_iter=max_iter, client=client,
                                progress=progress, callback=callback, **options)
+    if isinstance(model, GaussianGraphicalModel):
+        return fit_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                            callback=callback, **options)
     raise TypeError(
-        f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel "
-        "or HiddenMarkovModel"
+        f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel, "
+        "HiddenMarkovModel or GaussianGraphicalModel"
     )

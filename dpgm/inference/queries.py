@@ -59,7 +59,9 @@ def marginal(model: Any, scope: Sequence[str], evidence: Mapping[str, Any] | Non
     """The normalized posterior marginal of any set of variables, labelled, dims in ``scope`` order.
 
     A scope that no clique contains is added to the triangulation as a clique
-    (an all-ones factor), so the answer is exact for any scope.
+    (an all-ones factor), so the answer is exact for any scope. For a fitted
+    :class:`~dpgm.GaussianGraphicalModel` the answer is the conditional ``mean``
+    and ``covariance`` of the scope given observed values (an ``xarray.Dataset``).
 
     Raises
     ------
@@ -73,6 +75,8 @@ def marginal(model: Any, scope: Sequence[str], evidence: Mapping[str, Any] | Non
     >>> table.dims, round(float(table.sum()), 12)
     (('asia', 'dysp'), 1.0)
     """
+    if hasattr(model, "conditional"):  # a Gaussian model: mean and covariance, no junction tree
+        return model.conditional(scope, evidence)
     return _tree(model).marginal(scope, evidence)
 
 

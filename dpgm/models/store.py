@@ -144,6 +144,10 @@ def _register_builtin() -> None:
 
     register(LogLinearModel, log_linear_tables, log_linear_build)
 
+    from dpgm.models.gaussian import GaussianGraphicalModel
+
+    register(GaussianGraphicalModel, lambda m: m._to_store(), GaussianGraphicalModel._from_store)
+
     from dpgm.models.markov import MarkovNetwork
 
     def markov_build(tables: dict, attrs: dict) -> MarkovNetwork:

@@ -1,0 +1,75 @@
+"""Gaussian graphical models: one moments pass, then closed form, IPS or the graphical lasso on the driver."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from dpgm.errors import ConvergenceWarning, DataError
+from dpgm.fit.gaussian import decomposable_precision, gaussian_loglik, graphical_lasso, ips
+from dpgm.fit.result import FitResult
+from dpgm.models.gaussian import GaussianGraphicalModel
+
+_GAUSSIAN_METHODS = ("closed_form", "ipf", "glasso")
+
+
+def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol, max_iter, client, progress,
+                 callback, alpha: float | None = None, missing: str = "refuse") -> FitResult:
+    """Fit a Gaussian graphical model: see :func:`dpgm.fit`."""
+    from dpgm.stats.moments import moments
+
+    method = method or "ipf"  # on a decomposable graph IPS converges in two sweeps (one to fit, one to check)
+    if method not in _GAUSSIAN_METHODS:
+        raise ValueError(f"unknown method {method!r} for a GaussianGraphicalModel; expected one of {_GAUSSIAN_METHODS}")
+    if missing not in ("refuse", "listwise"):
+        raise ValueError(f"missing={missing!r}: expected 'refuse' or 'listwise'")
+    if method == "glasso":
+        if alpha is None or not alpha >= 0 or not math.isfinite(alpha):
+            raise ValueError(f"method='glasso' needs a penalty alpha >= 0, got alpha={alpha!r}")
+    elif alpha is not None:
+        raise ValueError(f"alpha applies to method='glasso', not {method!r}")
+    if isinstance(data, type(None)) or not hasattr(data, "data_vars"):
+        raise TypeError("a GaussianGraphicalModel is fitted to a dataset of continuous variables")
+    stats = moments(data, model.variables, client=client, progress=progress)
+    if stats.n_missing and missing == "refuse":
+        raise DataError(f"{stats.n_missing:,.0f} rows have a missing value (NaN) in {list(model.variables)}; "
+                        "missing='listwise' fits the complete rows (counted in result.info)")
+    n, p = float(stats.n), len(model.variables)
+    if n <= p:
+        raise DataError(f"{n:,.0f} complete rows for {p} variables: the sample covariance is singular")
+    sample = stats.covariance.values
+    history: list[dict] = []
+    converged, n_iter = True, 0
+    if method == "closed_form":
+        precision = decomposable_precision(sample, model.adjacency)
+    elif method == "ipf":
+        precision, history, converged, n_iter = ips(sample, model.adjacency, n=n, max_iter=max_iter, tol=tol,
+                                                    callback=callback)
+    else:
+        complete = model.adjacency.sum() == p * (p - 1)  # a complete graph forces no zeros
+        precision, history, converged, n_iter = graphical_lasso(
+            sample, float(alpha), adjacency=None if complete else model.adjacency, n=n, max_iter=max_iter,
+            tol=tol, callback=callback)
+    covariance = np.linalg.inv(precision)
+    covariance = (covariance + covariance.T) / 2
+    fitted = model.with_parameters(stats.mean.values, covariance)
+    if method == "glasso":  # the estimated graph: the precision's nonzeros
+        support = (np.abs(precision) > 0) & ~np.eye(p, dtype=bool)
+        edges = [(model.variables[i], model.variables[j]) for i, j in zip(*np.nonzero(np.triu(support)), strict=True)]
+        fitted = GaussianGraphicalModel(edges + [(v,) for v in model.variables], model.variables, fitted.mean,
+                                        fitted.covariance)
+    loglik = gaussian_loglik(covariance, sample, n)
+    saturated = -0.5 * n * (p * math.log(2 * math.pi) + np.linalg.slogdet(sample)[1] + p)
+    result = FitResult(model=fitted, method=method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
+                       n_params=fitted.n_free_parameters(), history=history)
+    result.g2 = 2.0 * (saturated - loglik)
+    result.df = p * (p - 1) // 2 - fitted.n_edges
+    result.info["n_missing"] = stats.n_missing
+    if alpha is not None:
+        result.info["alpha"] = float(alpha)
+    if not converged:
+        warnings.warn(f"{method} stopped after {n_iter} iterations without meeting tol", ConvergenceWarning,
+                      stacklevel=3)
+    return result
