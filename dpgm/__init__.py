@@ -22,6 +22,7 @@ from dpgm.io import read_bif, read_uai, write_bif, write_uai
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.hmm import HiddenMarkovModel, hmm
+from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.store import load
@@ -39,6 +40,7 @@ __all__ = [
     "HiddenMarkovModel",
     "ImpossibleEvidenceError",
     "JunctionTree",
+    "LinearGaussianNetwork",
     "LogLinearModel",
     "MarkovNetwork",
     "Moments",

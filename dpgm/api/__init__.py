@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
-from dpgm.api.gaussian import fit_gaussian
+from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
 from dpgm.api.hmm import fit_hmm
 from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
@@ -18,6 +18,7 @@ from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.hmm import HiddenMarkovModel
+from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 
@@ -167,7 +168,10 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
     if isinstance(model, GaussianGraphicalModel):
         return fit_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
                             callback=callback, **options)
+    if isinstance(model, LinearGaussianNetwork):
+        return fit_linear_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client,
+                                   progress=progress, callback=callback, **options)
     raise TypeError(
         f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel, "
-        "HiddenMarkovModel or GaussianGraphicalModel"
+        "HiddenMarkovModel, GaussianGraphicalModel or LinearGaussianNetwork"
     )

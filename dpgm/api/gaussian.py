@@ -6,11 +6,13 @@ import math
 import warnings
 
 import numpy as np
+import xarray as xr
 
 from dpgm.errors import ConvergenceWarning, DataError
 from dpgm.fit.gaussian import decomposable_precision, gaussian_loglik, graphical_lasso, ips
 from dpgm.fit.result import FitResult
 from dpgm.models.gaussian import GaussianGraphicalModel
+from dpgm.models.linear_gaussian import LinearGaussianNetwork
 
 _GAUSSIAN_METHODS = ("closed_form", "ipf", "glasso")
 
@@ -72,4 +74,49 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
     if not converged:
         warnings.warn(f"{method} stopped after {n_iter} iterations without meeting tol", ConvergenceWarning,
                       stacklevel=3)
+    return result
+
+
+def fit_linear_gaussian(model: LinearGaussianNetwork, data, method: str | None, *, tol, max_iter, client, progress,
+                        callback, missing: str = "refuse") -> FitResult:
+    """Every node's least-squares regression on its parents from one moments pass (complete data).
+
+    With the divisor-n covariance ``S`` and means ``m``: ``beta = S_PP^-1 S_Pv``,
+    ``intercept = m_v - beta' m_P`` and the residual variance ``S_vv - S_vP beta``
+    (the MLE, divisor n): ordinary least squares per node.
+    """
+    from dpgm.stats.moments import moments
+
+    if method not in (None, "mle"):
+        raise ValueError(f"a LinearGaussianNetwork is fitted by method='mle' (least squares), not {method!r}")
+    if missing not in ("refuse", "listwise"):
+        raise ValueError(f"missing={missing!r}: expected 'refuse' or 'listwise'")
+    stats = moments(data, model.variables, client=client, progress=progress)
+    if stats.n_missing and missing == "refuse":
+        raise DataError(f"{stats.n_missing:,.0f} rows have a missing value (NaN) in {list(model.variables)}; "
+                        "missing='listwise' fits the complete rows (counted in result.info)")
+    index = {v: i for i, v in enumerate(model.variables)}
+    sample, mean = stats.covariance.values, stats.mean.values
+    parameters = {}
+    for v in model.variables:
+        parents = list(model.parents(v))
+        p, c = [index[u] for u in parents], index[v]
+        beta = np.zeros(0)
+        if p:
+            try:
+                beta = np.linalg.solve(sample[np.ix_(p, p)], sample[p, c])
+            except np.linalg.LinAlgError:
+                raise DataError(f"the parents {parents} of {v!r} are collinear in the data: no unique regression",
+                                variable=v) from None
+        variance = float(sample[c, c] - sample[c, p] @ beta) if p else float(sample[c, c])
+        if not variance > 0:
+            raise DataError(f"is an exact linear function of its parents {parents} (zero residual variance)",
+                            variable=v)
+        parameters[v] = {"intercept": float(mean[c] - beta @ mean[p]) if p else float(mean[c]),
+                         "coefficients": xr.DataArray(beta, dims="parent", coords={"parent": parents}),
+                         "variance": variance}
+    fitted = model.with_parameters(parameters)
+    result = FitResult(model=fitted, method="mle", loglik=fitted.log_likelihood(float(stats.n)), converged=True,
+                       n_iter=0, n_rows=float(stats.n), n_params=fitted.n_free_parameters())
+    result.info["n_missing"] = stats.n_missing
     return result
