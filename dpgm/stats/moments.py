@@ -81,16 +81,24 @@ def _chunk_moments(values: np.ndarray, weights: np.ndarray | None, pairwise: boo
     present = ~np.isnan(values)
     if not pairwise:
         keep = present.all(axis=1)
-        x, wk = values[keep], w[keep]
+        complete = bool(keep.all())
+        x = values if complete else values[keep]
+        wk = w if complete else w[keep]
         n = float(wk.sum())
         if n == 0:
             p = values.shape[1]
             return MomentPartial(0.0, np.zeros(p), np.zeros((p, p)), float(w.sum()), float(w[~keep].sum()))
-        shift = x[0]  # a data point: the sums below stay near the data's spread, not its offset
-        mean = shift + (wk @ (x - shift)) / n
-        centred = x - mean
-        cross = (centred * wk[:, None]).T @ centred
-        return MomentPartial(n, mean, cross, float(w.sum()), float(w[~keep].sum()))
+        shift = x[0].copy()  # a data point: the sums below stay near the data's spread, not its offset
+        centred = x - shift  # the one copy of the chunk
+        if weights is None:
+            step = centred.mean(axis=0)
+            centred -= step
+            cross = centred.T @ centred
+        else:
+            step = (wk @ centred) / n
+            centred -= step
+            cross = (centred * wk[:, None]).T @ centred
+        return MomentPartial(n, shift + step, cross, float(w.sum()), float(w[~keep].sum()))
     filled = np.where(present, values, 0.0)
     mask = present.astype(float) * w[:, None]
     n = present.astype(float).T @ mask  # n[i, j] = weight of rows with both i and j
