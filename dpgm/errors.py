@@ -45,3 +45,19 @@ def _rebuild_data_error(text: str, variable: str | None, chunk: int | None) -> D
     error.variable = variable
     error.chunk = chunk
     return error
+
+
+class ConfigError(ValueError):
+    """A bad option or specification value: names the option (CLI exit 78).
+
+    Raised before any pass over the data, by the checks of :func:`dpgm.fit`'s
+    options, model specifications and size limits.
+    """
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An option of the wrong type (``max_iter="ten"``): both a :class:`ConfigError` and a ``TypeError``."""
+
+
+class TableTooLarge(ConfigError):
+    """A table that cannot be allocated (e.g. a counts scope of 37 variables), refused before any pass."""

@@ -43,6 +43,7 @@ Keys other than ``model``, the structure keys and ``method`` are passed to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from pathlib import Path
@@ -50,14 +51,27 @@ from typing import Any
 
 import yaml
 
+from dpgm.errors import ConfigError
+
 __all__ = ["SpecError", "build_model", "read_spec"]
 
-_STRUCTURE_KEYS = {"model", "edges", "network", "variables", "method", "cliques", "features", "states",
-                   "n_states", "symbols", "variable", "margins", "latent", "n_classes", "observed"}
+# the keys that describe each kind of model; every other key is an option of dpgm.fit, checked
+# against the option table of the (model kind, method) in dpgm.api.checks
+STRUCTURE_KEYS = {
+    "bayesian_network": ("model", "method", "edges", "network", "variables", "latent"),
+    "markov_network": ("model", "method", "cliques"),
+    "log_linear": ("model", "method", "margins"),
+    "latent_class": ("model", "method", "n_classes", "observed", "variable"),
+    "hmm": ("model", "method", "n_states", "symbols", "variable"),
+}
+# options a specification cannot hold: they are the command line's (--checkpoint, --resume)
+_COMMAND_LINE_OPTIONS = {"checkpoint": "--checkpoint", "resume": "--resume"}
+# YAML 1.1 reads 1e-8 (no dot) as a string: accepted for these numeric options
+_REAL_OPTIONS = ("tol", "loglik_tol", "l1", "l2", "equivalent_sample_size")
 
 
-class SpecError(ValueError):
-    """A model specification that cannot be used."""
+class SpecError(ConfigError):
+    """A model specification that cannot be used (a ``ValueError``; the CLI exits 78)."""
 
 
 def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -65,7 +79,12 @@ def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no specification at {os.fspath(path)!r}")
-    text = path.read_text()
+    if path.is_dir():
+        raise SpecError(f"{os.fspath(path)!r} is a folder, not a specification file")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{os.fspath(path)!r} is not a text file ({error.reason} at byte {error.start})") from None
     try:
         spec = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
@@ -87,22 +106,99 @@ def _check_latent_not_observed(latent: list[str], states: dict[str, tuple[str, .
 
 
 def build_model(
-    spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None = None
+    spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None = None, method: str | None = None
 ) -> tuple[Any, str | None, dict[str, Any]]:
-    """The model, method and fit options a specification names (``states``: the data's, for labels)."""
+    """The model, method and fit options a specification names (``states``: the data's, for labels).
+
+    Everything is checked before any pass over the data: the keys of the model's
+    kind, their types, and the options against :func:`dpgm.fit`'s table for the
+    (model kind, method) — ``method`` overrides the specification's.
+
+    Raises
+    ------
+    SpecError
+        An unknown kind, key, method or option, or a value of the wrong type or out
+        of range, naming the key.
+    """
+    override = method
+    model, method, options = _build(spec, states)
+    method = override or method
+    from dpgm.api.checks import check_fit_options
+
+    try:
+        check_fit_options(model, method, options, given=list(options))
+    except ConfigError as error:
+        raise SpecError(str(error)) from None
+    return model, method, options
+
+
+def _check_types(spec: dict[str, Any], kind: str) -> None:
+    """Each structure key of the specification is of the type its kind needs, named if not."""
+    def need(key: str, ok: bool, what: str) -> None:
+        if key in spec and not ok:
+            raise SpecError(f"{key!r} of a {kind} must be {what}, got {spec[key]!r}")
+
+    def names(value: Any) -> bool:
+        return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+
+    def positive_int(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    need("method", isinstance(spec.get("method"), str), "a method name (a string)")
+    need("network", isinstance(spec.get("network"), str), "a shipped network's name or a BIF file")
+    need("variables", names(spec.get("variables")), "a list of variable names")
+    need("observed", names(spec.get("observed")), "a list of variable names")
+    need("variable", isinstance(spec.get("variable"), str) and spec.get("variable"), "a variable name")
+    need("n_classes", positive_int(spec.get("n_classes")) and spec.get("n_classes") >= 2, "an integer >= 2")
+    need("n_states", positive_int(spec.get("n_states")), "an integer >= 1")
+    need("symbols", isinstance(spec.get("symbols"), list) and spec.get("symbols")
+         and all(isinstance(v, str | int) and not isinstance(v, bool) for v in spec["symbols"]),
+         "a non-empty list of labels")
+    need("latent", isinstance(spec.get("latent"), dict) and all(
+        isinstance(k, str) and isinstance(v, list) and len(v) >= 1 for k, v in spec["latent"].items()),
+        "a mapping of each latent variable to its state labels")
+
+
+def _options(spec: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The specification's options (its keys other than the kind's structure keys), numbers read."""
+    options = {k: v for k, v in spec.items() if k not in STRUCTURE_KEYS[kind]}
+    for key, flag in _COMMAND_LINE_OPTIONS.items():
+        if key in options:
+            raise SpecError(f"{key!r} cannot be set in a specification: use the command line's {flag}")
+    for other, keys in STRUCTURE_KEYS.items():
+        misplaced = [k for k in options if k in keys]
+        if misplaced:
+            raise SpecError(f"{misplaced[0]!r} is a key of a {other} specification, not of a {kind} "
+                            f"(its keys: {list(STRUCTURE_KEYS[kind])} and fit options)")
+    for key in _REAL_OPTIONS:
+        if isinstance(options.get(key), str):
+            with contextlib.suppress(ValueError):
+                options[key] = float(options[key])
+    return options
+
+
+def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None) -> tuple[Any, str | None, dict]:
     states = dict(states or {})
     from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.networks import load_network
 
     kind = spec["model"]
-    options = {k: v for k, v in spec.items() if k not in _STRUCTURE_KEYS}
+    if kind not in STRUCTURE_KEYS:
+        raise SpecError(f"unknown model kind {kind!r}; expected one of {list(STRUCTURE_KEYS)}")
+    _check_types(spec, kind)
+    options = _options(spec, kind)
     method = spec.get("method")
     if kind == "bayesian_network":
         latent = spec.get("latent") or {}
         if not isinstance(latent, dict):
             raise SpecError("'latent' must map each latent variable to its state labels")
+        if "network" in spec and "edges" in spec:
+            raise SpecError("a bayesian_network takes 'network' or 'edges', not both")
         if "network" in spec:
-            network = load_network(str(spec["network"]))
+            try:
+                network = load_network(str(spec["network"]))
+            except (FileNotFoundError, ValueError) as error:
+                raise SpecError(f"'network': {error}") from None
             edges, variables = network.edges, network.variables
         else:
             edges, variables = spec.get("edges"), spec.get("variables", ())
@@ -149,7 +245,4 @@ def build_model(
         if not isinstance(spec.get("n_states"), int) or not isinstance(spec.get("symbols"), list):
             raise SpecError("an hmm needs 'n_states' (an integer) and 'symbols' (the observed labels)")
         return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), method, options
-    raise SpecError(
-        f"unknown model kind {kind!r}; expected one of "
-        "['bayesian_network', 'markov_network', 'log_linear', 'latent_class', 'hmm']"
-    )
+    raise AssertionError(kind)  # pragma: no cover - every kind of STRUCTURE_KEYS is built above

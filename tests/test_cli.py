@@ -69,7 +69,7 @@ def test_bad_input_exit_codes(tmp_path):
     assert "no Dask scheduler" in line
     line = _one_line_error(run("generate", "nonet", tmp_path / "b.zarr", "--rows", "10", check=False), 65)
     assert "no shipped network" in line or "neither" in line
-    line = _one_line_error(run("generate", "asia", tmp_path / "a.zarr", "--rows", "10", "--workers", "1", check=False), 78)
+    line = _one_line_error(run("generate", "asia", tmp_path / "a.zarr", "--rows", "10", "--workers", "1", check=False), 73)
     assert "--overwrite" in line
     usage = run("counts", check=False)
     assert usage.returncode == 2

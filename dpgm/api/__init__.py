@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
+from dpgm.api.checks import check_checkpoint, check_fit_options
 from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
 from dpgm.api.hmm import fit_hmm
 from dpgm.api.log_linear import fit_log_linear
@@ -91,8 +92,15 @@ def fit(
     DataError
         Model variables absent from the data, states that differ, missing values
         with a complete-data method.
-    ValueError
-        An unknown method or option.
+    ConfigError
+        (a ``ValueError``) An unknown method, an option the method does not take,
+        or a value out of range (``max_iter=0``, ``tol=-1``, ``n_init=0``), naming
+        the option, before any pass over the data; :class:`ConfigTypeError` (also a
+        ``TypeError``) for a value of the wrong type.
+    CheckpointMismatch
+        ``resume=`` names a checkpoint written for other data, another model or
+        other options (the stopping rule aside); ``checkpoint=`` records this fit's
+        fingerprint for a later resume.
 
     Examples
     --------
@@ -103,6 +111,8 @@ def fit(
     >>> result.converged, result.n_params
     (True, 18)
     """
+    resolved = check_fit_options(model, method, {"tol": tol, "max_iter": max_iter, **options})
+    check_checkpoint(model, data, resolved, {"tol": tol, "max_iter": max_iter, **options})
     if method == "em" and isinstance(data, xr.DataArray):
         from dpgm.data import from_table
 

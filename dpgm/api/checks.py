@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import xarray as xr
 
@@ -61,3 +61,312 @@ def saturated_scope(variables: Sequence[str], states: dict) -> tuple[str, ...] |
     counted = math.prod(len(states[v]) + 1 for v in variables)
     small = cells <= MAX_SATURATED_CELLS and counted <= MAX_SATURATED_COUNTED_CELLS
     return tuple(variables) if small else None
+
+
+# ---------------------------------------------------------------- options of dpgm.fit, by (model kind, method)
+
+
+class _Constraint:
+    """One option's rule: ``check(name, value)`` raises ConfigError / ConfigTypeError naming the option."""
+
+    description = "?"
+
+    def check(self, name: str, value) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Interval(_Constraint):
+    """A real (``kind=float``) or integer number in ``[low, high]`` (``low_open``: ``low`` excluded)."""
+
+    def __init__(self, kind: type, low: float | None = None, high: float | None = None, *, low_open: bool = False):
+        self.kind, self.low, self.high, self.low_open = kind, low, high, low_open
+        self.noun = "an integer" if kind is int else "a number"
+        if kind is float and low == 0 and high is None:
+            self.description = "finite and positive" if low_open else "a nonnegative number"
+        else:
+            bounds = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
+            bounds += [f"<= {high:g}"] if high is not None else []
+            self.description = " ".join([self.noun, " and ".join(bounds)]).strip()
+
+    def check(self, name: str, value) -> None:
+        import numbers
+
+        from dpgm.errors import ConfigError, ConfigTypeError
+
+        wanted = numbers.Integral if self.kind is int else numbers.Real
+        if isinstance(value, bool) or not isinstance(value, wanted):
+            raise ConfigTypeError(f"{name} must be {self.noun}, got {value!r}")
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and value > self.high
+        if not math.isfinite(value) or below or above:
+            raise ConfigError(f"{name} must be {self.description}, got {value!r}")
+
+
+class OneOf(_Constraint):
+    """One of a few values (strings, or None)."""
+
+    def __init__(self, *values):
+        self.values = values
+        self.description = f"one of {list(values)!r}"
+
+    def check(self, name: str, value) -> None:
+        from dpgm.errors import ConfigError, ConfigTypeError
+
+        if not isinstance(value, str | type(None)):
+            raise ConfigTypeError(f"{name} must be {self.description}, got {value!r}")
+        if value not in self.values:
+            raise ConfigError(f"{name} must be {self.description}, got {value!r}")
+
+
+class InstanceOf(_Constraint):
+    """An instance of the given types (``bool`` only if listed)."""
+
+    def __init__(self, *types: type, description: str):
+        self.types, self.description = types, description
+
+    def check(self, name: str, value) -> None:
+        from dpgm.errors import ConfigTypeError
+
+        if not isinstance(value, self.types) or (isinstance(value, bool) and bool not in self.types):
+            raise ConfigTypeError(f"{name} must be {self.description}, got {value!r}")
+
+
+class RandomState(_Constraint):
+    description = "None, an integer >= 0 or a numpy Generator"
+
+    def check(self, name: str, value) -> None:
+        import numpy as np
+
+        if value is None or isinstance(value, np.random.Generator | np.random.SeedSequence):
+            return
+        Interval(int, 0).check(name, value)
+
+
+def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
+    """The one table of :func:`dpgm.fit`'s options: ``(model kind, method) -> {option: constraint}``."""
+    import os
+
+    stop = {"tol": Interval(float, 0.0), "max_iter": Interval(int, 1)}
+    folder = InstanceOf(str, os.PathLike, type(None), description="a folder path or None")
+    flag = InstanceOf(bool, description="True or False")
+    em = stop | {"n_init": Interval(int, 1), "random_state": RandomState(), "init": OneOf(None, "random", "model"),
+                 "checkpoint": folder, "resume": folder, "persist": flag}
+    goodness = {"goodness_of_fit": flag}
+    missing = {"missing": OneOf("refuse", "listwise")}
+    zeros = {"structural_zeros": _Anything("a boolean DataArray of cells fixed at zero, or None")}
+    prior = {"prior": OneOf(None, "BDeu", "K2", "dirichlet"),
+             "equivalent_sample_size": Interval(float, 0.0, low_open=True),
+             "pseudo_counts": InstanceOf(dict, type(None),
+                                         description="a mapping variable -> table of pseudo-counts, or None")}
+    table = {
+        ("BayesianNetwork", "mle"): prior | goodness,
+        ("BayesianNetwork", "bayes"): prior | goodness,
+        ("BayesianNetwork", "em"): em | prior,
+        ("MarkovNetwork", "ipf"): stop | zeros | goodness | {"loglik_tol": Interval(float, 0.0)},
+        ("MarkovNetwork", "closed_form"): goodness,
+        ("LogLinearModel", "lbfgs"): stop | zeros | goodness | {"l1": Interval(float, 0.0), "l2": Interval(float, 0.0)},
+        ("LogLinearModel", "newton"): stop | zeros | goodness | {"l2": Interval(float, 0.0)},
+        ("LogLinearModel", "gis"): stop | zeros | goodness,
+        ("HiddenMarkovModel", "em"): em,
+        ("GaussianGraphicalModel", "closed_form"): missing,
+        ("GaussianGraphicalModel", "ipf"): stop | missing,
+        ("GaussianGraphicalModel", "glasso"): stop | missing | {"alpha": Interval(float, 0.0)},
+        ("LinearGaussianNetwork", "mle"): missing,
+    }
+    for method in ("lbfgs", "newton", "gis"):
+        table[("MarkovNetwork", method)] = table[("LogLinearModel", method)]
+    for kind, m_step in (("MarkovNetwork", "ipf"), ("LogLinearModel", "gis")):
+        table[(kind, "em")] = em | zeros | {"m_step": OneOf(None, m_step), "inner_iter": Interval(int, 1)}
+    return table
+
+
+class _Anything(_Constraint):
+    """Checked by the method itself (e.g. structural zeros, against the model's variables and states)."""
+
+    def __init__(self, description: str):
+        self.description = description
+
+    def check(self, name: str, value) -> None:
+        return
+
+
+DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearModel": "lbfgs",
+                   "HiddenMarkovModel": "em", "GaussianGraphicalModel": "ipf",
+                   "LinearGaussianNetwork": "mle"}
+
+# options that do not change what a fit converges to: a checkpoint may be resumed with other values
+RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist")
+# options every call of dpgm.fit passes (its keyword defaults): checked for their values, whatever the method
+ALWAYS_PASSED = ("tol", "max_iter")
+
+
+def model_kind(model) -> str:
+    """The name under which :data:`DEFAULT_METHODS` and the option table know ``model``'s class."""
+    for kind in type(model).__mro__:
+        if kind.__name__ in DEFAULT_METHODS:
+            return kind.__name__
+    from dpgm.errors import ConfigTypeError
+
+    raise ConfigTypeError(f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, "
+                          "LogLinearModel, HiddenMarkovModel, GaussianGraphicalModel or LinearGaussianNetwork")
+
+
+def methods_of(kind: str) -> list[str]:
+    """The methods a model kind is fitted by."""
+    return [m for k, m in _parameter_constraints() if k == kind]
+
+
+def options_of(kind: str, method: str) -> list[str]:
+    """The options of one method of one model kind (``[]`` for an unknown pair)."""
+    return sorted(_parameter_constraints().get((kind, method), {}))
+
+
+def check_fit_options(model, method: str | None, options: dict, *, given: Iterable[str] | None = None) -> str:
+    """Check ``dpgm.fit``'s method and options against the table for the model's kind, before any pass.
+
+    Parameters
+    ----------
+    model
+        The model to fit (its class selects the table).
+    method
+        The method, or None for the kind's default.
+    options
+        Every option, ``tol`` and ``max_iter`` included (their values are checked
+        whatever the method).
+    given
+        The names the caller set explicitly (default: every name in ``options`` but
+        ``tol`` and ``max_iter``): each must be an option of the method.
+
+    Returns
+    -------
+    str
+        The method (the kind's default for ``None``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown method, an option that does not apply to the method, or a value
+        out of range, naming the option and listing the valid ones.
+    ConfigTypeError
+        A value of the wrong type, naming the option.
+    """
+    from dpgm.errors import ConfigError, ConfigTypeError
+
+    kind = model_kind(model)
+    if method is not None and not isinstance(method, str):
+        raise ConfigTypeError(f"method must be a string, got {method!r}")
+    method = method or DEFAULT_METHODS[kind]
+    table = _parameter_constraints()
+    if (kind, method) not in table:
+        raise ConfigError(f"unknown method {method!r} for a {kind}; expected one of {methods_of(kind)}")
+    constraints = table[(kind, method)]
+    given = [k for k in options if k not in ALWAYS_PASSED] if given is None else list(given)
+    for name in given:
+        if name not in constraints:
+            elsewhere = [m for (k, m), c in table.items() if k == kind and name in c]
+            if elsewhere:
+                others = f" (or {', '.join(map(repr, elsewhere[1:]))})" if len(elsewhere) > 1 else ""
+                where = f"{name} applies to method={elsewhere[0]!r}{others}, not {method!r}"
+            else:
+                where = f"unknown option {name!r} for method {method!r}"
+            raise ConfigError(f"{where} of a {kind}; the options of {method!r}: {sorted(constraints)}")
+    every = {**{k: c for (_, _), t in table.items() for k, c in t.items() if k in ALWAYS_PASSED}, **constraints}
+    for name, value in options.items():
+        if name in every:
+            every[name].check(name, value)
+    if options.get("init") == "model" and options.get("n_init", 1) != 1:
+        raise ConfigError(f"n_init must be 1 with init='model' (one start: the given parameters), "
+                          f"got {options['n_init']!r}")
+    return method
+
+
+# ---------------------------------------------------------------- checkpoint fingerprints
+
+
+def _jsonable(value):
+    """A JSON-able rendering of an option value (arrays and labelled tables by their contents)."""
+    import numpy as np
+
+    if isinstance(value, xr.DataArray):
+        return {"dims": list(map(str, value.dims)), "values": np.asarray(value.values).tolist()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def model_fingerprint(model, method: str, options: dict) -> dict:
+    """What identifies a fit apart from its data: model kind, variables, states, structure, method, options.
+
+    The stopping rule and where checkpoints go (:data:`RESUMABLE_OPTIONS`) are left
+    out: a resumed fit may run longer or to a tighter tolerance.
+    """
+    kind = model_kind(model)
+    if kind == "BayesianNetwork":
+        structure = [list(e) for e in model.edges]
+    elif kind == "HiddenMarkovModel":
+        structure = {"hidden": model.hidden, "variable": model.variable, "n_states": model.n_states}
+    else:
+        structure = [list(s) for s in model.scopes]
+    states = getattr(model, "states", {}) or {}
+    return {
+        "kind": kind,
+        "method": method,
+        "variables": list(getattr(model, "variables", states)),
+        "states": {str(v): list(map(str, s)) for v, s in states.items()},
+        "structure": structure,
+        "options": {k: _jsonable(v) for k, v in sorted(options.items()) if k not in RESUMABLE_OPTIONS},
+    }
+
+
+def data_fingerprint(data) -> dict:
+    """The data part of a checkpoint's fingerprint (a store's path, rows, chunking, schema; a table's contents)."""
+    import hashlib
+
+    import numpy as np
+
+    if isinstance(data, xr.DataArray):
+        values = np.ascontiguousarray(data.values)
+        return {"table": {"dims": list(map(str, data.dims)), "shape": list(values.shape),
+                          "sha256": hashlib.sha256(values.tobytes()).hexdigest()}}
+    from dpgm.data.integrity import dataset_fingerprint
+
+    return dataset_fingerprint(data)
+
+
+def check_checkpoint(model, data, method: str, options: dict, extra: dict | None = None) -> None:
+    """Refuse to resume a checkpoint of other data or another model; record the fingerprint of a new one.
+
+    With ``resume=`` the checkpoint's fingerprint must equal this fit's (data, model
+    and the parts in ``extra``, e.g. the CLI's specification); with ``checkpoint=``
+    the fingerprint is recorded for the iterations to come. Cheap: metadata only.
+
+    Raises
+    ------
+    CheckpointMismatch
+        The checkpoint was written for other data, another model or other options.
+    FileNotFoundError
+        ``resume=`` names a folder without a complete checkpoint.
+    """
+    import warnings
+
+    from dpgm.errors import DpgmWarning
+    from dpgm.fit.checkpoint import check_fingerprint, set_fingerprint
+
+    checkpoint, resume = options.get("checkpoint"), options.get("resume")
+    if checkpoint is None and resume is None:
+        return
+    # compared in this order: the first difference named is the most telling one
+    fingerprint = {"data": data_fingerprint(data), **(extra or {}), "model": model_fingerprint(model, method, options)}
+    if resume is not None and not check_fingerprint(resume, fingerprint):
+        warnings.warn(f"the checkpoint {str(resume)!r} has no fingerprint (written by an earlier dpgm): cannot "
+                      "check it was written for this data and model", DpgmWarning, stacklevel=3)
+    if checkpoint is not None:
+        set_fingerprint(checkpoint, fingerprint)

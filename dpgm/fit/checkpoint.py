@@ -14,6 +14,7 @@ written for other data or another specification.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -76,12 +77,18 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> tuple[int, list[Any], dic
 def set_fingerprint(folder: str | os.PathLike[str], fingerprint: dict[str, Any]) -> None:
     """Record what the run checkpointing into ``folder`` fits (copied into each later iteration).
 
-    ``fingerprint`` maps a part (e.g. ``"data"``, ``"spec"``) to a JSON-able description.
+    ``fingerprint`` maps a part (e.g. ``"data"``, ``"model"``, ``"specification"``)
+    to a JSON-able description; parts already recorded and not in ``fingerprint``
+    are kept (the CLI records the specification, :func:`dpgm.fit` the data and model).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    recorded = {}
+    if (folder / FINGERPRINT).exists():
+        with contextlib.suppress(ValueError, OSError):
+            recorded = json.loads((folder / FINGERPRINT).read_text())
     pending = folder / (FINGERPRINT + ".tmp")
-    pending.write_text(json.dumps(fingerprint))
+    pending.write_text(json.dumps(recorded | json.loads(json.dumps(fingerprint))))
     os.replace(pending, folder / FINGERPRINT)
 
 
@@ -100,6 +107,8 @@ def check_fingerprint(folder: str | os.PathLike[str], fingerprint: dict[str, Any
         No complete checkpoint in the folder.
     CheckpointMismatch
         A part differs, naming the checkpoint, the part and the first differing key.
+        Only parts both describe are compared (``dpgm.fit`` from Python checks the
+        data and the model of a checkpoint the CLI also tied to its specification).
     """
     folder = Path(folder)
     latest = folder / "LATEST"
@@ -110,7 +119,7 @@ def check_fingerprint(folder: str | os.PathLike[str], fingerprint: dict[str, Any
         return False
     stored = json.loads(stored_path.read_text())
     fingerprint = json.loads(json.dumps(fingerprint))  # tuples -> lists, as stored
-    for part in _keys(fingerprint, stored):
+    for part in [p for p in fingerprint if p in stored]:
         was, now = stored.get(part), fingerprint.get(part)
         if was != now:
             keys = _first_difference(was, now)

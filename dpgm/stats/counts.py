@@ -22,7 +22,7 @@ from dpgm.stats.kernels import CountPlan, count_chunk
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["Counts", "counts", "maximal_scopes"]
+__all__ = ["Counts", "check_table_sizes", "counts", "maximal_scopes"]
 
 
 class Counts(dict):
@@ -117,6 +117,49 @@ def merge_scopes(
     return list(alive.values())
 
 
+# The most cells the counting pass holds for all its tables together (one copy per chunk task in
+# flight): 2**28 int64 cells are 2 GiB. Larger scopes are refused before any pass.
+MAX_COUNTED_CELLS = 1 << 28
+
+
+def check_table_sizes(scopes: Sequence[Sequence[str]], cardinality: Mapping[str, int],
+                      max_cells: int = MAX_COUNTED_CELLS) -> None:
+    """Refuse scopes whose counted tables cannot be allocated, in O(scopes) time and before any pass.
+
+    A scope is counted over *extended* states (a 'missing' slot per variable):
+    ``prod(k + 1)`` cells, computed with Python integers (no overflow).
+
+    Raises
+    ------
+    TableTooLarge
+        (a ``ValueError``) A scope, or all scopes together, over ``max_cells``,
+        naming the largest scope and its cell count.
+    """
+    from dpgm.errors import TableTooLarge
+
+    sizes = {tuple(s): math.prod(cardinality[v] + 1 for v in s) for s in scopes}
+    if not sizes:
+        return
+    largest = max(sizes, key=sizes.__getitem__)
+    total = sum(sizes[s] for s in maximal_scopes(list(sizes)))
+    if sizes[largest] > max_cells or total > max_cells:
+        which = (f"scope {largest!r} ({len(largest)} variables) needs a table of {sizes[largest]:,} cells"
+                 if sizes[largest] > max_cells else
+                 f"the {len(sizes)} scopes need {total:,} cells together (the largest, {largest!r}, {sizes[largest]:,})")
+        raise TableTooLarge(
+            f"{which} ({_bytes(8 * max(total, sizes[largest]))} of counts, a 'missing' state per variable "
+            f"included); at most {max_cells:,} cells can be counted in one pass: count smaller scopes"
+        )
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
 def _count_kernel(index: int, columns: dict[str, np.ndarray], plan: CountPlan) -> dict[str, Any]:
     weights = columns.get(WEIGHT)
     if weights is not None:
@@ -182,6 +225,7 @@ def counts(
         return _counts_from_table(data, scopes)
     schema = Schema.from_dataset(data)
     scopes = schema.check_scopes(scopes)
+    check_table_sizes(scopes, {v: schema[v].cardinality for s in scopes for v in s})
     maximal = merge_scopes(maximal_scopes(scopes), {v: schema[v].cardinality + 1 for v in dict.fromkeys(v for s in scopes for v in s)})
     variables = tuple(dict.fromkeys(v for s in maximal for v in s))
     plan = CountPlan(
