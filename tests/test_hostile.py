@@ -141,17 +141,19 @@ def world(tmp_path_factory):
     (root / "a_file").write_text("not a folder")
     (root / "earlier").mkdir()
     (root / "earlier" / "LATEST").write_text("iteration-000003")
-    w.full = _mount_tmpfs(root / "full")
-    if w.full is None:
-        w.mounts.append(root / "full")
-        _fill(root / "full")
-    w.readonly = _mount_tmpfs(root / "ro")
-    if w.readonly is None:
-        w.mounts.append(root / "ro")
-        subprocess.run(["mount", "-o", "remount,ro", str(root / "ro")], check=True)
-    yield w
-    for mount in w.mounts:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    try:
+        w.full = _mount_tmpfs(root / "full")
+        if w.full is None:
+            w.mounts.append(root / "full")
+            _fill(root / "full")
+        w.readonly = _mount_tmpfs(root / "ro")
+        if w.readonly is None:
+            w.mounts.append(root / "ro")
+            subprocess.run(["mount", "-o", "remount,ro", str(root / "ro")], check=True)
+        yield w
+    finally:  # also when setting up failed: never leave a mount behind
+        for mount in w.mounts:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 # ---------------------------------------------------------------- CLI cases, run concurrently
