@@ -147,7 +147,10 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
     import os
 
     stop = {"tol": Interval(float, 0.0), "max_iter": Interval(int, 1)}
-    folder = InstanceOf(str, os.PathLike, type(None), description="a folder path or None")
+    from fsspec.mapping import FSMap
+
+    folder = InstanceOf(str, os.PathLike, FSMap, type(None),
+                        description="a folder path, an fsspec URL or fsspec.get_mapper(url, ...), or None")
     flag = InstanceOf(bool, description="True or False")
     em = stop | {"n_init": Interval(int, 1), "random_state": RandomState(), "init": OneOf(None, "random", "model"),
                  "checkpoint": folder, "resume": folder, "persist": flag}

@@ -1,10 +1,13 @@
 """Checkpoints of iterative fits: parameters and history after every iteration, resumable.
 
-A checkpoint folder holds one Zarr group per saved iteration
-(``iteration-000007.zarr``) and a ``LATEST`` file naming the newest complete one,
-replaced atomically (``os.replace``) only after the group is fully written, so a
-run killed at any moment leaves a readable checkpoint. Older groups are removed
-once a newer one is complete.
+A checkpoint folder holds one folder per saved iteration (``iteration-000007``,
+its models as Zarr groups) and a ``LATEST`` file naming the newest complete one,
+replaced in one step (a rename on a local disk, one PUT on an object store) only
+after the iteration is fully written, so a run killed at any moment leaves a
+readable checkpoint. Older iterations are removed once a newer one is complete.
+Folders are paths or fsspec URLs (``s3://bucket/run``, ``memory://run``), or an
+``fsspec.get_mapper(url, **storage_options)`` to pass options: a resume on another
+node or pod finds the checkpoint where the data are.
 
 A fingerprint of the run (the data's path, rows, chunking and schema, and the
 model specification) set with :func:`set_fingerprint` is copied into every
@@ -17,9 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 __all__ = ["CheckpointMismatch", "check_fingerprint", "read_checkpoint", "set_fingerprint", "write_checkpoint"]
 
@@ -30,31 +31,78 @@ class CheckpointMismatch(ValueError):
     """A checkpoint written for other data or another model specification than the resumed run's."""
 
 
-def write_checkpoint(folder: str | os.PathLike[str], iteration: int, models: list[Any], state: dict[str, Any]) -> Path:
+Location = Union[str, "os.PathLike[str]", Any]  # a path, an fsspec URL or an fsspec mapper (get_mapper)
+
+
+class _Folder:
+    """A checkpoint folder on any fsspec filesystem: local paths, ``memory://``, ``s3://`` ...
+
+    ``location`` is a path, a URL (options from fsspec's configuration, e.g. the
+    environment), or ``fsspec.get_mapper(url, **storage_options)`` to carry options.
+    """
+
+    def __init__(self, location: Location):
+        import fsspec
+
+        if hasattr(location, "fs") and hasattr(location, "root"):  # an fsspec mapper
+            self.fs, self.root = location.fs, location.root
+        else:
+            self.fs, self.root = fsspec.core.url_to_fs(os.fspath(location))
+        self.root = self.root.rstrip("/")
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        self.name = os.fspath(location) if isinstance(location, str | os.PathLike) else self.url(self.root)
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def url(self, path: str) -> str:
+        return path if self.local else self.fs.unstrip_protocol(path)
+
+    def exists(self, *parts: str) -> bool:
+        return self.fs.exists(self.path(*parts))
+
+    def read_text(self, *parts: str) -> str:
+        return self.fs.cat_file(self.path(*parts)).decode()
+
+    def write_text(self, text: str, *parts: str) -> None:
+        """Replace a small file in one step: rename on a local disk, one PUT on an object store."""
+        target = self.path(*parts)
+        if self.local:
+            pending = target + ".tmp"
+            self.fs.pipe_file(pending, text.encode())
+            os.replace(pending, target)
+        else:
+            self.fs.pipe_file(target, text.encode())
+
+    def remove(self, *parts: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self.path(*parts), recursive=True)
+
+
+def write_checkpoint(folder: Location, iteration: int, models: list[Any], state: dict[str, Any]) -> str:
     """Save ``models`` (one per restart) and a JSON-able ``state`` as iteration ``iteration``."""
     from dpgm.models.store import save
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"iteration-{iteration:06d}"
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir()
+    where = _Folder(folder)
+    where.fs.makedirs(where.root, exist_ok=True)
+    name = f"iteration-{iteration:06d}"
+    where.remove(name)
+    where.fs.makedirs(where.path(name), exist_ok=True)
     for i, model in enumerate(models):
-        save(model, target / f"model-{i}.zarr", mode="w")
-    if (folder / FINGERPRINT).exists():
-        shutil.copyfile(folder / FINGERPRINT, target / "fingerprint.json")
-    (target / "state.json").write_text(json.dumps(state | {"iteration": iteration, "n_models": len(models)}))
-    pointer = folder / "LATEST.tmp"
-    pointer.write_text(target.name)
-    os.replace(pointer, folder / "LATEST")
-    for old in folder.glob("iteration-*"):
-        if old.name != target.name:
-            shutil.rmtree(old, ignore_errors=True)
-    return target
+        save(model, where.url(where.path(name, f"model-{i}.zarr")), mode="w",
+             storage_options=None if where.local else where.fs.storage_options)
+    if where.exists(FINGERPRINT):
+        where.write_text(where.read_text(FINGERPRINT), name, "fingerprint.json")
+    where.write_text(json.dumps(state | {"iteration": iteration, "n_models": len(models)}), name, "state.json")
+    where.write_text(name, "LATEST")  # last: the new iteration is complete
+    for old in where.fs.glob(where.path("iteration-*")):
+        if old.rstrip("/").rsplit("/", 1)[-1] != name:
+            with contextlib.suppress(OSError):
+                where.fs.rm(old, recursive=True)
+    return where.url(where.path(name))
 
 
-def read_checkpoint(folder: str | os.PathLike[str]) -> tuple[int, list[Any], dict[str, Any]]:
+def read_checkpoint(folder: Location) -> tuple[int, list[Any], dict[str, Any]]:
     """The newest complete checkpoint: ``(iteration, models, state)``.
 
     Raises
@@ -64,35 +112,34 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> tuple[int, list[Any], dic
     """
     from dpgm.models.store import load
 
-    folder = Path(folder)
-    latest = folder / "LATEST"
-    if not latest.exists():
-        raise FileNotFoundError(f"no checkpoint in {os.fspath(folder)!r}")
-    target = folder / latest.read_text().strip()
-    state = json.loads((target / "state.json").read_text())
-    models = [load(target / f"model-{i}.zarr") for i in range(state["n_models"])]
+    where = _Folder(folder)
+    if not where.exists("LATEST"):
+        raise FileNotFoundError(f"no checkpoint in {where.name!r}")
+    name = where.read_text("LATEST").strip()
+    state = json.loads(where.read_text(name, "state.json"))
+    models = [load(where.url(where.path(name, f"model-{i}.zarr")),
+                   storage_options=None if where.local else where.fs.storage_options)
+              for i in range(state["n_models"])]
     return int(state["iteration"]), models, state
 
 
-def set_fingerprint(folder: str | os.PathLike[str], fingerprint: dict[str, Any]) -> None:
+def set_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> None:
     """Record what the run checkpointing into ``folder`` fits (copied into each later iteration).
 
     ``fingerprint`` maps a part (e.g. ``"data"``, ``"model"``, ``"specification"``)
     to a JSON-able description; parts already recorded and not in ``fingerprint``
     are kept (the CLI records the specification, :func:`dpgm.fit` the data and model).
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    where = _Folder(folder)
+    where.fs.makedirs(where.root, exist_ok=True)
     recorded = {}
-    if (folder / FINGERPRINT).exists():
+    if where.exists(FINGERPRINT):
         with contextlib.suppress(ValueError, OSError):
-            recorded = json.loads((folder / FINGERPRINT).read_text())
-    pending = folder / (FINGERPRINT + ".tmp")
-    pending.write_text(json.dumps(recorded | json.loads(json.dumps(fingerprint))))
-    os.replace(pending, folder / FINGERPRINT)
+            recorded = json.loads(where.read_text(FINGERPRINT))
+    where.write_text(json.dumps(recorded | json.loads(json.dumps(fingerprint))), FINGERPRINT)
 
 
-def check_fingerprint(folder: str | os.PathLike[str], fingerprint: dict[str, Any]) -> bool:
+def check_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> bool:
     """Whether the newest checkpoint in ``folder`` was written for ``fingerprint``.
 
     Returns
@@ -110,22 +157,21 @@ def check_fingerprint(folder: str | os.PathLike[str], fingerprint: dict[str, Any
         Only parts both describe are compared (``dpgm.fit`` from Python checks the
         data and the model of a checkpoint the CLI also tied to its specification).
     """
-    folder = Path(folder)
-    latest = folder / "LATEST"
-    if not latest.exists():
-        raise FileNotFoundError(f"no checkpoint in {os.fspath(folder)!r}")
-    stored_path = folder / latest.read_text().strip() / "fingerprint.json"
-    if not stored_path.exists():
+    where = _Folder(folder)
+    if not where.exists("LATEST"):
+        raise FileNotFoundError(f"no checkpoint in {where.name!r}")
+    name = where.read_text("LATEST").strip()
+    if not where.exists(name, "fingerprint.json"):
         return False
-    stored = json.loads(stored_path.read_text())
+    stored = json.loads(where.read_text(name, "fingerprint.json"))
     fingerprint = json.loads(json.dumps(fingerprint))  # tuples -> lists, as stored
     for part in [p for p in fingerprint if p in stored]:
         was, now = stored.get(part), fingerprint.get(part)
         if was != now:
             keys = _first_difference(was, now)
-            name = ".".join(map(str, keys)) or part
+            key = ".".join(map(str, keys)) or part
             raise CheckpointMismatch(
-                f"the checkpoint {os.fspath(folder)!r} was written for other {part}: {name} was "
+                f"the checkpoint {where.name!r} was written for other {part}: {key} was "
                 f"{_short(_at(was, keys))}, now {_short(_at(now, keys))}; resume with the same {part}, "
                 "or start afresh without --resume"
             )
