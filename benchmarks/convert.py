@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import dpgm  # noqa: E402
-from benchmarks.timing import timed  # noqa: E402
+from benchmarks.timing import timed, timed_on_cluster  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("/tmp/dpgm-bench/convert")
@@ -104,7 +104,7 @@ def run(rows: int, repeats: int) -> list[dict]:
             with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                               env={"MALLOC_MMAP_THRESHOLD_": "268435456"}) as cluster, Client(cluster) as client:
                 target = WORK / f"dpgm-{name}-{workers}.zarr"
-                seconds, _ = timed(lambda source=source, target=target, client=client: dpgm.convert(
+                seconds, _ = timed_on_cluster(client, lambda source=source, target=target, client=client: dpgm.convert(
                     source, _fresh(target), client=client), repeats)
                 row[f"dpgm_{workers}w_seconds"] = seconds
                 row[f"dpgm_{workers}w_equal"] = _same(target, reference)

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
-from benchmarks.timing import timed  # noqa: E402
+from benchmarks.timing import timed, timed_on_cluster  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("/tmp/dpgm-bench/moments")
@@ -74,8 +74,9 @@ def moments_pass(sizes: list[int], repeats: int) -> list[dict]:
             ds = dpgm.open_dataset(_store(rows))
             names = [f"x{i}" for i in range(COLUMNS)]
             dpgm.moments(ds, names, client=client)  # warm the workers
-            seconds, result = timed(functools.partial(dpgm.moments, ds, names, client=client), repeats)
-            decode, _ = timed(lambda ds=ds, names=names: compute(
+            seconds, result = timed_on_cluster(client, functools.partial(dpgm.moments, ds, names, client=client),
+                                           repeats)
+            decode, _ = timed_on_cluster(client, lambda ds=ds, names=names: compute(
                 map_reduce(zarr_columns(ds, names), _nothing, name="dpgm-decode"), client=client), repeats)
             row = {"part": "moments", "rows": rows, "dpgm_seconds": seconds, "decode_seconds": decode,
                    "rows_per_second": rows / seconds, "of_decode_limit": decode / seconds}

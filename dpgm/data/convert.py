@@ -33,6 +33,7 @@ import io
 import math
 import operator
 import os
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -387,8 +388,11 @@ def convert(
     write_dataset(template, target, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options,
                   compute=False)  # metadata only, marked incomplete; the chunk writes below are dpgm's
     written = []
+    run = uuid.uuid4().hex
     for index, block in enumerate(blocks):
-        token = dask.base.tokenize(block, storage_options, plan, target, chunk_rows)
+        # a write is a side effect: keys unique to this run, so a scheduler still holding an earlier
+        # identical conversion's results can never skip this one's writes
+        token = dask.base.tokenize(block, storage_options, plan, target, chunk_rows, run)
         written.append(dask.delayed(_encode_and_write, pure=True)(
             block, storage_options, plan, target, int(offsets[index]), int(offsets[index + 1]), chunk_rows,
             dask_key_name=f"dpgm-convert-encode-{token}"))

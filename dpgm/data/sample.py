@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import dask
@@ -156,7 +157,8 @@ def sample_bayesian_network(
         }
     )
     write_dataset(template, path, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options, compute=False)
-    token = dask.base.tokenize(path, seed, missing, chunk_rows, n_rows)
+    # writes are side effects: keys unique to this run (never skipped as results of an earlier one)
+    token = dask.base.tokenize(path, seed, missing, chunk_rows, n_rows, uuid.uuid4().hex)
     shared = dask.delayed(sampler, pure=True, traverse=False, name=f"dpgm-generate-model-{token}")
     tasks = [
         dask.delayed(_write_chunk, pure=True)(
