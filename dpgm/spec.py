@@ -37,7 +37,15 @@ A hidden Markov model over a (``row``, ``time``) variable, fitted by EM::
     max_iter: 200
     tol: 1.0e-8
 
-Keys other than ``model``, the structure keys and ``method`` are passed to
+An observed column is made latent by dropping it from the data first (the CLI's
+``--drop`` does the same)::
+
+    model: bayesian_network
+    network: asia
+    drop: [either]
+    latent: {either: ["yes", "no"]}
+
+Keys other than ``model``, the structure keys, ``drop`` and ``method`` are passed to
 :func:`dpgm.fit` as options (``tol``, ``max_iter``, ...).
 """
 
@@ -53,7 +61,7 @@ import yaml
 
 from dpgm.errors import ConfigError
 
-__all__ = ["SpecError", "build_model", "read_spec"]
+__all__ = ["SpecError", "build_model", "drop_variables", "read_spec"]
 
 # the keys that describe each kind of model; every other key is an option of dpgm.fit, checked
 # against the option table of the (model kind, method) in dpgm.api.checks
@@ -94,13 +102,33 @@ def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
     return spec
 
 
+def drop_variables(spec: dict[str, Any], ds: Any, also: Any = ()) -> tuple[dict[str, Any], Any]:
+    """The specification without its ``drop`` key, and the dataset without those variables and ``also``.
+
+    Raises
+    ------
+    SpecError
+        ``drop`` is not a list of names, or names a variable the data do not have.
+    """
+    spec = dict(spec)
+    drop = spec.pop("drop", None) or []
+    if not isinstance(drop, list) or not all(isinstance(v, str) for v in drop):
+        raise SpecError(f"'drop' must be a list of variable names, got {drop!r}")
+    names = list(dict.fromkeys([*drop, *also]))
+    unknown = [v for v in names if v not in ds.data_vars]
+    if unknown:
+        raise SpecError(f"cannot drop {unknown}: not variables of the data; variables: {sorted(map(str, ds.data_vars))}")
+    return spec, (ds.drop_vars(names) if names else ds)
+
+
 def _check_latent_not_observed(latent: list[str], states: dict[str, tuple[str, ...]]) -> None:
     """A latent variable present in the data would be fitted as observed: refuse it, naming it."""
     observed = [v for v in latent if v in states]
     if observed:
         raise SpecError(
             f"latent variable {observed[0]!r} is a variable of the data, so it would be fitted as observed; "
-            f"rename it, remove it from 'latent' to fit it as observed, or drop it from the data"
+            f"rename it, remove it from 'latent' to fit it as observed, or drop it from the data "
+            f"('drop: [{observed[0]}]' in the specification, or --drop {observed[0]})"
             + (f" (also in the data: {observed[1:]})" if len(observed) > 1 else "")
         )
 

@@ -127,3 +127,30 @@ def test_fit_markov_and_latent_class_specs(tmp_path):
     assert matplotlib.image.imread(tmp_path / "lca.png").shape[:2] == (400, 1100)
     history = json.loads((tmp_path / "lca.json").read_text())["history"]
     assert len(history) >= 2 and f"convergence plot saved to {tmp_path / 'lca.png'}" in out.stdout
+
+
+def test_drop_makes_an_observed_column_latent_from_the_command_line(tmp_path):
+    """--drop (or 'drop:' in the spec) removes the column, so 'latent:' may name it: the same EM as Python's
+    fit on the data without that column."""
+    truth = dpgm.load_network("asia")
+    store = tmp_path / "asia.zarr"
+    dpgm.sample_bayesian_network(truth, 3000, store, seed=2, chunk_rows=1000)
+    edges = [list(e) for e in truth.edges]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({"model": "bayesian_network", "edges": edges, "latent": {"either": ["yes", "no"]},
+                                "random_state": 1, "max_iter": 500, "tol": 1e-9}))
+    refused = run("fit", spec, store, "--out", tmp_path / "m0.zarr", "--workers", "1", check=False)
+    assert refused.returncode == 78 and "--drop either" in refused.stderr
+    run("fit", spec, store, "--out", tmp_path / "m1.zarr", "--drop", "either", "--workers", "1", check=False)
+    in_spec = tmp_path / "spec-drop.yaml"
+    in_spec.write_text(json.dumps({**json.loads(spec.read_text()), "drop": ["either"]}))
+    run("fit", in_spec, store, "--out", tmp_path / "m2.zarr", "--workers", "1", check=False)
+    structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
+    expected = dpgm.fit(structure, dpgm.open_dataset(store).drop_vars("either"), method="em", random_state=1,
+                        max_iter=500, tol=1e-9)
+    for path in ("m1.zarr", "m2.zarr"):
+        fitted = dpgm.load(tmp_path / path)
+        for v in truth.variables:
+            np.testing.assert_allclose(fitted.cpds[v].values, expected.model.cpds[v].values, rtol=1e-12)
+    unknown = run("fit", spec, store, "--out", tmp_path / "m3.zarr", "--drop", "nope", check=False)
+    assert unknown.returncode == 78 and "cannot drop ['nope']" in unknown.stderr
