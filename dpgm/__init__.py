@@ -25,6 +25,7 @@ from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
+from dpgm.models.mixture import GaussianMixture
 from dpgm.models.store import load
 from dpgm.networks import available_networks, load_network
 from dpgm.stats import Counts, Moments, counts, moments
@@ -37,6 +38,7 @@ __all__ = [
     "DpgmWarning",
     "FitResult",
     "GaussianGraphicalModel",
+    "GaussianMixture",
     "HiddenMarkovModel",
     "ImpossibleEvidenceError",
     "JunctionTree",

@@ -13,6 +13,7 @@ from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
 from dpgm.api.hmm import fit_hmm
 from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
+from dpgm.api.mixture import fit_gaussian_mixture
 from dpgm.api.predict import predict_proba
 from dpgm.api.undirected_em import fit_undirected_em
 from dpgm.fit.result import FitResult
@@ -22,6 +23,7 @@ from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
+from dpgm.models.mixture import GaussianMixture
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -138,7 +140,8 @@ def _reporter(model, data, method, client, callback):
     ``None`` without a distributed client (given or default) or for a method without
     iterations; see :mod:`dpgm.dashboard`.
     """
-    defaults = [(HiddenMarkovModel, "em"), (MarkovNetwork, "ipf"), (LogLinearModel, "lbfgs")]
+    defaults = [(HiddenMarkovModel, "em"), (MarkovNetwork, "ipf"), (LogLinearModel, "lbfgs"),
+                (GaussianMixture, "em")]
     iterative = method or next((name for kind, name in defaults if isinstance(model, kind)), None)
     if iterative is None or (isinstance(model, BayesianNetwork) and iterative != "em"):
         return None
@@ -181,7 +184,12 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
     if isinstance(model, LinearGaussianNetwork):
         return fit_linear_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client,
                                    progress=progress, callback=callback, **options)
+    if isinstance(model, GaussianMixture):
+        if method not in (None, "em"):
+            raise ValueError(f"a GaussianMixture is fitted by method='em', not {method!r}")
+        return fit_gaussian_mixture(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                                    callback=callback, **options)
     raise TypeError(
         f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel, "
-        "HiddenMarkovModel, GaussianGraphicalModel or LinearGaussianNetwork"
+        "HiddenMarkovModel, GaussianGraphicalModel, LinearGaussianNetwork or GaussianMixture"
     )

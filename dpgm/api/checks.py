@@ -175,6 +175,9 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
         ("GaussianGraphicalModel", "ipf"): stop | missing,
         ("GaussianGraphicalModel", "glasso"): stop | missing | {"alpha": Interval(float, 0.0)},
         ("LinearGaussianNetwork", "mle"): missing,
+        ("GaussianMixture", "em"): em | {"init": _Anything("None, 'k-means++', 'random', 'model' or a dict of "
+                                                            "weights, means and covariances or precisions"),
+                                         "reg_covar": Interval(float, 0.0)},
     }
     for method in ("lbfgs", "newton", "gis"):
         table[("MarkovNetwork", method)] = table[("LogLinearModel", method)]
@@ -195,7 +198,7 @@ class _Anything(_Constraint):
 
 DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearModel": "lbfgs",
                    "HiddenMarkovModel": "em", "GaussianGraphicalModel": "ipf",
-                   "LinearGaussianNetwork": "mle"}
+                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em"}
 
 # options that do not change what a fit converges to: a checkpoint may be resumed with other values
 RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist")
@@ -316,6 +319,8 @@ def model_fingerprint(model, method: str, options: dict) -> dict:
         structure = [list(e) for e in model.edges]
     elif kind == "HiddenMarkovModel":
         structure = {"hidden": model.hidden, "variable": model.variable, "n_states": model.n_states}
+    elif kind == "GaussianMixture":
+        structure = {"n_components": model.n_components, "covariance_type": model.covariance_type}
     else:
         structure = [list(s) for s in model.scopes]
     states = getattr(model, "states", {}) or {}

@@ -11,13 +11,14 @@ from dpgm.api.checks import check_variables, data_states
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
+from dpgm.models.mixture import GaussianMixture
 
 if TYPE_CHECKING:
     from distributed import Client
 
 
 def predict_proba(
-    model: BayesianNetwork | MarkovNetwork | LogLinearModel,
+    model: BayesianNetwork | MarkovNetwork | LogLinearModel | GaussianMixture,
     data: xr.Dataset,
     variable: str,
     *,
@@ -31,7 +32,9 @@ def predict_proba(
     ----------
     model
         A fitted Bayesian network (e.g. a latent class model after EM), Markov
-        network or log-linear model (its structural zeros applied).
+        network or log-linear model (its structural zeros applied), or a fitted
+        :class:`~dpgm.GaussianMixture` (``variable="component"``: each row's component
+        posteriors given its observed coordinates; NaN coordinates are marginalised).
     data
         The dataset; model variables absent from it (and ``-1`` values) are summed out.
     variable
@@ -58,27 +61,13 @@ def predict_proba(
     (5, 2)
     """
     from dpgm.data.io import add_variables
-    from dpgm.inference.batched import BatchedTree
-    from dpgm.inference.junction_tree import model_factors
-    from dpgm.stats.posterior import posterior_map
 
-    if isinstance(model, BayesianNetwork):
-        if not model.is_parameterized:
-            raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
-        factors = bn_factors(model)
-    elif isinstance(model, MarkovNetwork | LogLinearModel):
-        factors = model_factors(model)
+    if isinstance(model, GaussianMixture):
+        from dpgm.api.mixture import component_posteriors
+
+        values, labels = component_posteriors(model, data, variable)
     else:
-        raise TypeError(f"predict_proba needs a BayesianNetwork, MarkovNetwork or LogLinearModel, "
-                        f"got {type(model).__name__}")
-    if variable not in model.variables:
-        raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
-    states = data_states(data)
-    observed = [v for v in model.variables if v in states and v != variable]
-    check_variables(observed, model.states, states)
-    tree = BatchedTree(model.variables, {v: len(model.states[v]) for v in model.variables}, factors)
-    values = posterior_map(data, tree, observed, variable, len(model.states[variable]))
-    labels = list(model.states[variable])
+        values, labels = _discrete_posteriors(model, data, variable)
     result = xr.DataArray(values, dims=("row", variable), coords={variable: labels},
                           name=name or f"{variable}_proba")
     if write:
@@ -92,3 +81,28 @@ def predict_proba(
         compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options,
                               compute=False), client=client)
     return result
+
+
+def _discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
+    """Lazy posteriors of one variable of a discrete model, and its state labels."""
+    from dpgm.inference.batched import BatchedTree
+    from dpgm.inference.junction_tree import model_factors
+    from dpgm.stats.posterior import posterior_map
+
+    if isinstance(model, BayesianNetwork):
+        if not model.is_parameterized:
+            raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
+        factors = bn_factors(model)
+    elif isinstance(model, MarkovNetwork | LogLinearModel):
+        factors = model_factors(model)
+    else:
+        raise TypeError(f"predict_proba needs a BayesianNetwork, MarkovNetwork, LogLinearModel or GaussianMixture, "
+                        f"got {type(model).__name__}")
+    if variable not in model.variables:
+        raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
+    states = data_states(data)
+    observed = [v for v in model.variables if v in states and v != variable]
+    check_variables(observed, model.states, states)
+    tree = BatchedTree(model.variables, {v: len(model.states[v]) for v in model.variables}, factors)
+    values = posterior_map(data, tree, observed, variable, len(model.states[variable]))
+    return values, list(model.states[variable])

@@ -148,6 +148,10 @@ def _register_builtin() -> None:
 
     register(GaussianGraphicalModel, lambda m: m._to_store(), GaussianGraphicalModel._from_store)
 
+    from dpgm.models.mixture import GaussianMixture
+
+    register(GaussianMixture, lambda m: m._to_store(), GaussianMixture._from_store)
+
     from dpgm.models.linear_gaussian import LinearGaussianNetwork
 
     register(LinearGaussianNetwork, lambda m: m._to_store(), LinearGaussianNetwork._from_store)

@@ -1,0 +1,140 @@
+"""Gaussian mixtures: EM with one pass per iteration for every restart, k-means++ starts from a one-pass sample."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from dpgm.api.em_control import em_result, event_callback, maybe_persist, total_rows
+from dpgm.data.schema import Schema
+from dpgm.errors import DataError
+from dpgm.fit.mixture import MixtureParameters, initial_parameters, m_step, parameters_from_init
+from dpgm.fit.result import FitResult
+from dpgm.models.mixture import GaussianMixture, full_covariances
+
+INIT_SAMPLE_ROWS = 10_000  # rows drawn (in one pass) for the k-means++ starts
+_STARTS = (None, "k-means++", "random", "model")
+
+
+def _check_data(model: GaussianMixture, data) -> str | None:
+    """The data's weight variable (or None); refuses data without the model's continuous variables."""
+    if not isinstance(data, xr.Dataset):
+        raise TypeError(f"a GaussianMixture is fitted to a dataset of continuous variables, got "
+                        f"{type(data).__name__}")
+    schema = Schema.from_dataset(data)
+    for v in model.variables:
+        if v not in schema:
+            raise DataError(f"is not in the data; continuous variables: {schema.continuous}", variable=v)
+        if schema[v].categorical:
+            raise DataError(f"is categorical; a GaussianMixture needs continuous variables: {schema.continuous}",
+                            variable=v)
+    return schema.weight
+
+
+def _component_parameters(parameters: MixtureParameters, covariance_type: str):
+    from dpgm.stats.mixture import ComponentParameters
+
+    k, p = parameters.means.shape
+    return ComponentParameters.build(parameters.weights, parameters.means,
+                                     full_covariances(parameters.covariances, covariance_type, k, p))
+
+
+def _starts(model, data, weight, n_init, random_state, init, reg_covar, client, progress) -> tuple[list, dict]:
+    """Starting parameters of every restart (and the row counts of the sample pass, if one ran)."""
+    from dpgm.cluster import compute
+    from dpgm.stats.mixture import sample_pass
+
+    k, p = model.n_components, len(model.variables)
+    if isinstance(init, dict):
+        if n_init != 1:
+            raise ValueError(f"explicit initial parameters are one start: n_init must be 1, got {n_init!r}")
+        return [parameters_from_init(init, k, p, model.covariance_type, model.variables)], {}
+    if init not in _STARTS:
+        raise ValueError(f"init must be one of {list(_STARTS)} or a dict of initial parameters, got {init!r}")
+    if init == "model":
+        if not model.is_fitted:
+            raise ValueError("init='model' starts from the model's parameters, but it has none")
+        if n_init != 1:
+            raise ValueError(f"init='model' starts from the given parameters: n_init must be 1, got {n_init!r}")
+        return [MixtureParameters(model.weights.values, model.means.values, model.covariances.values)], {}
+    rng = np.random.default_rng(random_state)
+    seed = int(rng.integers(1 << 62))
+    size = max(INIT_SAMPLE_ROWS, 50 * k)
+    drawn = compute(sample_pass(data, model.variables, weight, size, seed), client=client, progress=progress)
+    sample = drawn["sample"].ordered()
+    if len(np.unique(sample, axis=0)) < k:
+        raise DataError(f"{len(np.unique(sample, axis=0))} distinct rows with an observed value in "
+                        f"{list(model.variables)}: too few for n_components={k}")
+    method = "random" if init == "random" else "k-means++"
+    return [initial_parameters(sample, k, model.covariance_type, reg_covar, rng, method)
+            for _ in range(n_init)], drawn["counts"]
+
+
+def fit_gaussian_mixture(model: GaussianMixture, data, *, tol, max_iter, client, progress, callback,
+                         n_init: int = 1, random_state=None, init=None, reg_covar: float = 1e-6,
+                         checkpoint=None, resume=None, persist: bool = False) -> FitResult:
+    """EM for a Gaussian mixture: see :func:`dpgm.fit`.
+
+    Each iteration is one pass (:func:`dpgm.stats.mixture.estep_pass`) computing the
+    statistics and log-likelihood of every active restart; the M step runs on the
+    driver (:func:`dpgm.fit.mixture.m_step`). Starts: k-means++ on a row sample drawn
+    in one pass (``init=None`` or ``"k-means++"``), random sample rows as centres
+    (``"random"``), the model's parameters (``"model"``) or a dict of ``weights``,
+    ``means`` and ``covariances`` or ``precisions``.
+    """
+    from dpgm.cluster import compute, current_client, iteration_span
+    from dpgm.fit.em import em
+    from dpgm.stats.mixture import estep_pass
+
+    weight = _check_data(model, data)
+    client = client or current_client()
+    covariance_type = model.covariance_type
+    diagonal_statistics = covariance_type in ("diag", "spherical")
+    starts, counts = ([], {}) if resume is not None else _starts(
+        model, data, weight, n_init, random_state, init, reg_covar, client, progress)
+    data = maybe_persist(data, model.variables, persist, client)
+    structure = model.structure()
+
+    def to_model(parameters: MixtureParameters) -> GaussianMixture:
+        return structure.with_parameters(parameters.weights, parameters.means, parameters.covariances)
+
+    def from_model(mixture: GaussianMixture) -> MixtureParameters:
+        return MixtureParameters(mixture.weights.values, mixture.means.values, mixture.covariances.values)
+
+    def estep(parameters: list[MixtureParameters], iteration: int):
+        restarts = [(_component_parameters(p, covariance_type), diagonal_statistics) for p in parameters]
+        with iteration_span("dpgm-em", iteration):
+            total = compute(estep_pass(data, model.variables, weight, restarts), client=client, progress=progress)
+        counts.update(total["counts"])
+        return [(s["loglik"], s) for s in total["restarts"]]
+
+    def mstep(current: MixtureParameters, statistics) -> MixtureParameters:
+        return m_step(statistics, current, covariance_type, reg_covar, model.variables)
+
+    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
+               checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
+    rows = counts["rows"] if "rows" in counts else total_rows(data, client)
+    empty = counts.get("empty", 0.0)
+    result = em_result(state, "em", n_params=model.n_free_parameters(), n_rows=rows - empty)
+    result.info.update({"covariance_type": covariance_type, "reg_covar": float(reg_covar),
+                        "n_incomplete": counts.get("incomplete"), "n_empty": empty,
+                        "init": init if isinstance(init, str | type(None)) else "parameters"})
+    return result
+
+
+def component_posteriors(model: GaussianMixture, data, variable: str) -> tuple:
+    """Lazy ``(row, component)`` posteriors of a fitted mixture's components, and the component labels."""
+    from dpgm.stats.mixture import responsibility_map
+
+    if not model.is_fitted:
+        raise TypeError("predict_proba needs a fitted GaussianMixture (a structure has no parameters)")
+    if variable != "component":
+        raise ValueError(f"a GaussianMixture's posterior is over 'component', not {variable!r}")
+    _check_data(model, data)
+    parameters = from_fitted(model)
+    return (responsibility_map(data, model.variables, _component_parameters(parameters, model.covariance_type)),
+            list(range(model.n_components)))
+
+
+def from_fitted(model: GaussianMixture) -> MixtureParameters:
+    return MixtureParameters(model.weights.values, model.means.values, model.covariances.values)
