@@ -38,6 +38,7 @@ import networkx as nx
 import numpy as np
 
 from dpgm.fit.result import log_iteration
+from dpgm.inference.triangulation import clique_tree
 
 __all__ = ["decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
 
@@ -59,14 +60,7 @@ def maximal_cliques(adjacency: np.ndarray) -> list[tuple[int, ...]]:
 
 def _junction_tree(cliques: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """Separators of a junction tree of the cliques of a chordal graph (maximum spanning tree)."""
-    weights = nx.Graph()
-    weights.add_nodes_from(range(len(cliques)))
-    for i in range(len(cliques)):
-        for j in range(i + 1, len(cliques)):
-            shared = set(cliques[i]) & set(cliques[j])
-            if shared:
-                weights.add_edge(i, j, weight=len(shared))
-    tree = nx.maximum_spanning_tree(weights)
+    tree = clique_tree(cliques)
     return [tuple(sorted(set(cliques[a]) & set(cliques[b]))) for a, b in tree.edges]
 
 

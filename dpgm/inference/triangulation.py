@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-__all__ = ["MAX_TABLE_SIZE", "TreeStructure", "TreeTooLarge", "build_tree", "eliminate", "interaction_graph"]
+__all__ = ["MAX_TABLE_SIZE", "TreeStructure", "TreeTooLarge", "build_tree", "clique_tree", "eliminate",
+           "interaction_graph"]
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,20 @@ def eliminate(
     return order, [c for c in cliques if not any(c < d for d in cliques)]
 
 
+def clique_tree(cliques: Sequence[Sequence], weight: Callable[[set], float] = len) -> nx.Graph:
+    """A maximum-weight spanning tree (a forest if they share nothing) over cliques, joining
+    cliques that share variables, weighed by ``weight(shared)``; for the maximal cliques of a
+    chordal graph it has the running-intersection property (Jensen and Jensen 1994)."""
+    weights = nx.Graph()
+    weights.add_nodes_from(range(len(cliques)))
+    for i in range(len(cliques)):
+        for j in range(i + 1, len(cliques)):
+            shared = set(cliques[i]) & set(cliques[j])
+            if shared:
+                weights.add_edge(i, j, weight=weight(shared))
+    return nx.maximum_spanning_tree(weights)
+
+
 def build_tree(
     variables: Sequence[str],
     cardinalities: Mapping[str, int],
@@ -281,16 +296,8 @@ def build_tree(
             best = min(best, found[1], key=cost)
     cliques = [tuple(sorted(c, key=position.__getitem__)) for c in best]
     cliques.sort(key=lambda c: (position[c[0]], len(c)))
-    weights = nx.Graph()
-    weights.add_nodes_from(range(len(cliques)))
-    for i in range(len(cliques)):
-        for j in range(i + 1, len(cliques)):
-            shared = set(cliques[i]) & set(cliques[j])
-            if shared:
-                # more shared variables first, then the larger separator table
-                size = math.prod(cardinalities[v] for v in shared)
-                weights.add_edge(i, j, weight=len(shared) * 1e15 + size)
-    tree = nx.maximum_spanning_tree(weights)
+    # more shared variables first, then the larger separator table
+    tree = clique_tree(cliques, lambda shared: len(shared) * 1e15 + math.prod(cardinalities[v] for v in shared))
     parent = [-1] * len(cliques)
     order: list[int] = []
     for component in nx.connected_components(tree):
