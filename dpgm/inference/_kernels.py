@@ -290,9 +290,12 @@ def _map_kernel(codes, observed_var, soft, soft_var, soft_offset, base, base_log
 
 
 # -- enumeration of a Bayesian network's row (expected family counts) -------------------------
-# family = (offset, var_ptr, var, stride): each family's first cell in θ; its variables (child first) in CSR.
-# groups = (var_ptr, var, family_ptr, families, leaf_ptr, leaves, size, start): per group of enumerated
-# variables its variables, the families meeting it, its unobserved leaves (CSR), its states and first in log_p.
+# Family f's cells start at family_offset[f] in θ; its variables (child first) are family_var[family_var_ptr[f]:
+# family_var_ptr[f + 1]], with strides family_stride[...]. The classification of a missingness pattern lives in
+# one int64 table ``work`` (rows named below; one array argument instead of twenty: numba reference-counts every
+# array argument of every call, which cost 15-60 % here). Groups of enumerated variables are CSR over groups.
+(_ROOT, _GROUP, _KIND, _PLAIN, _PLAIN_CELL, _LOOSE, _ENUMERATED, _MEMBER, _ANCHOR, _GROUPED, _FAMILY_GROUP, _FILL,
+ _FILL_LEAF, _VAR_PTR, _VAR, _FAMILY_PTR, _FAMILY, _LEAF_PTR, _LEAF, _SIZE, _START) = range(21)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -303,260 +306,153 @@ def _clique_base(theta, scaled_index, cell, base):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _family_index(f, state, family, first):
+def _family_index(f, state, family_offset, family_var_ptr, family_var, family_stride, first):
     """Flat index of family ``f``'s cell at ``state``, from its ``first``-th variable on (1 = parents only)."""
-    offset, var_ptr, var, stride = family
-    index = offset[f]
-    for k in range(var_ptr[f] + first, var_ptr[f + 1]):
-        index += state[var[k]] * stride[k]
+    index = family_offset[f]
+    for k in range(family_var_ptr[f] + first, family_var_ptr[f + 1]):
+        index += state[family_var[k]] * family_stride[k]
     return index
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _find(root, v):
-    while root[v] != v:
-        root[v] = root[root[v]]
-        v = root[v]
+def _find(work, v):
+    while work[_ROOT, v] != v:
+        work[_ROOT, v] = work[_ROOT, work[_ROOT, v]]
+        v = work[_ROOT, v]
     return v
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _same_missingness(codes, r, missing):
-    """Whether row ``r`` misses exactly the columns ``missing``."""
-    for j in range(codes.shape[1]):
-        if (codes[r, j] < 0) != missing[j]:
-            return False
-    return True
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _classify(state, is_leaf, family_var_ptr, family_var, work):
+    """Kind of every family under the row's missingness; enumerated variables joined (``_ROOT``) by their families.
 
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _classify(state, is_leaf, family, root, group, enumerated, anchor, kind, plain, loose, grouped):
-    """Kind of every family under the row's missingness; enumerated variables joined (``root``) by their families.
-
-    ``kind[f]``: 0 fully observed (in ``plain``), 1 meets the enumerated variables, 2 an unobserved
-    leaf (in ``loose`` if its parents are all observed). Kind 1 and the other leaves go to ``grouped``
-    with one unobserved variable in ``anchor``. Returns the numbers of enumerated, plain, loose, grouped.
+    ``_KIND``: 0 fully observed (in ``_PLAIN``), 1 meets the enumerated variables (``_ENUMERATED``), 2 an
+    unobserved leaf (in ``_LOOSE`` if its parents are all observed). Kind 1 and the other leaves go to
+    ``_GROUPED`` with one unobserved variable in ``_ANCHOR``. Returns the numbers of enumerated, plain,
+    loose and grouped.
     """
-    _, var_ptr, var, _ = family
     n_plain = n_loose = n_enumerated = n_grouped = 0
     for v in range(state.shape[0]):
         if state[v] < 0 and not is_leaf[v]:
-            root[v] = v
-            group[v] = -1
-            enumerated[n_enumerated] = v
+            work[_ROOT, v] = v
+            work[_GROUP, v] = -1
+            work[_ENUMERATED, n_enumerated] = v
             n_enumerated += 1
     for f in range(state.shape[0]):
         first = -1
         leaf = state[f] < 0 and is_leaf[f]
-        for k in range(var_ptr[f] + (1 if leaf else 0), var_ptr[f + 1]):
-            u = var[k]
+        for k in range(family_var_ptr[f] + (1 if leaf else 0), family_var_ptr[f + 1]):
+            u = family_var[k]
             if state[u] < 0:
                 if first < 0:
-                    first = _find(root, u)
-                    anchor[f] = u
+                    first = _find(work, u)
+                    work[_ANCHOR, f] = u
                 else:
-                    other = _find(root, u)
+                    other = _find(work, u)
                     if other != first:
-                        root[other] = first
+                        work[_ROOT, other] = first
         if leaf and first < 0:
-            kind[f] = 2
-            loose[n_loose] = f
+            work[_KIND, f] = 2
+            work[_LOOSE, n_loose] = f
             n_loose += 1
         elif leaf or first >= 0:
-            kind[f] = 2 if leaf else 1
-            grouped[n_grouped] = f
+            work[_KIND, f] = 2 if leaf else 1
+            work[_GROUPED, n_grouped] = f
             n_grouped += 1
         else:
-            kind[f] = 0
-            plain[n_plain] = f
+            work[_KIND, f] = 0
+            work[_PLAIN, n_plain] = f
             n_plain += 1
     return n_enumerated, n_plain, n_loose, n_grouped
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _place_groups(n_enumerated, n_grouped, enumerated, grouped, kind, anchor, root, group, member,
-                  family_group, groups, fill, fill_leaf):
-    """Number the groups (the roots of ``root``) and place their variables, families and leaves; returns their number."""
-    var_ptr, var, family_ptr, families, leaf_ptr, leaves, _, _ = groups
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _place_groups(n_enumerated, n_grouped, work):
+    """Number the groups (roots of ``_ROOT``) and place their variables, families and leaves; returns their number."""
     n_groups = 0
     for i in range(n_enumerated):
-        top = _find(root, enumerated[i])
-        if group[top] < 0:
-            group[top] = n_groups
+        top = _find(work, work[_ENUMERATED, i])
+        if work[_GROUP, top] < 0:
+            work[_GROUP, top] = n_groups
             n_groups += 1
     for g in range(n_groups + 1):
-        var_ptr[g] = family_ptr[g] = leaf_ptr[g] = 0
+        work[_VAR_PTR, g] = work[_FAMILY_PTR, g] = work[_LEAF_PTR, g] = 0
     for i in range(n_enumerated):  # count members, then place them
-        member[i] = group[_find(root, enumerated[i])]
-        var_ptr[member[i] + 1] += 1
+        work[_MEMBER, i] = work[_GROUP, _find(work, work[_ENUMERATED, i])]
+        work[_VAR_PTR, work[_MEMBER, i] + 1] += 1
     for i in range(n_grouped):
-        f = grouped[i]
-        family_group[i] = group[_find(root, anchor[f])]
-        if kind[f] == 1:
-            family_ptr[family_group[i] + 1] += 1
+        f = work[_GROUPED, i]
+        work[_FAMILY_GROUP, i] = work[_GROUP, _find(work, work[_ANCHOR, f])]
+        if work[_KIND, f] == 1:
+            work[_FAMILY_PTR, work[_FAMILY_GROUP, i] + 1] += 1
         else:
-            leaf_ptr[family_group[i] + 1] += 1
+            work[_LEAF_PTR, work[_FAMILY_GROUP, i] + 1] += 1
     for g in range(n_groups):
-        var_ptr[g + 1] += var_ptr[g]
-        family_ptr[g + 1] += family_ptr[g]
-        leaf_ptr[g + 1] += leaf_ptr[g]
+        work[_VAR_PTR, g + 1] += work[_VAR_PTR, g]
+        work[_FAMILY_PTR, g + 1] += work[_FAMILY_PTR, g]
+        work[_LEAF_PTR, g + 1] += work[_LEAF_PTR, g]
     for g in range(n_groups):
-        fill[g] = var_ptr[g]
+        work[_FILL, g] = work[_VAR_PTR, g]
     for i in range(n_enumerated):
-        var[fill[member[i]]] = enumerated[i]
-        fill[member[i]] += 1
+        g = work[_MEMBER, i]
+        work[_VAR, work[_FILL, g]] = work[_ENUMERATED, i]
+        work[_FILL, g] += 1
     for g in range(n_groups):
-        fill[g] = family_ptr[g]
-        fill_leaf[g] = leaf_ptr[g]
+        work[_FILL, g] = work[_FAMILY_PTR, g]
+        work[_FILL_LEAF, g] = work[_LEAF_PTR, g]
     for i in range(n_grouped):
-        f = grouped[i]
-        g = family_group[i]
-        if kind[f] == 1:
-            families[fill[g]] = f
-            fill[g] += 1
+        f = work[_GROUPED, i]
+        g = work[_FAMILY_GROUP, i]
+        if work[_KIND, f] == 1:
+            work[_FAMILY, work[_FILL, g]] = f
+            work[_FILL, g] += 1
         else:
-            leaves[fill_leaf[g]] = f
-            fill_leaf[g] += 1
+            work[_LEAF, work[_FILL_LEAF, g]] = f
+            work[_FILL_LEAF, g] += 1
     return n_groups
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _too_costly(n_groups, groups, card, limit):
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _too_costly(n_groups, card, limit, work):
     """Size every group; whether the row's enumeration (sum of ``|states| x families evaluated``) exceeds ``limit``."""
-    var_ptr, var, family_ptr, _, leaf_ptr, leaves, size, start = groups
     cost = 0
-    start[0] = 0
+    work[_START, 0] = 0
     for g in range(n_groups):
-        states = 1
-        for i in range(var_ptr[g], var_ptr[g + 1]):
-            states *= card[var[i]]
-            if states > limit:
+        size = 1
+        for i in range(work[_VAR_PTR, g], work[_VAR_PTR, g + 1]):
+            size *= card[work[_VAR, i]]
+            if size > limit:
                 return True
-        size[g] = states
-        start[g + 1] = start[g] + states
-        work = family_ptr[g + 1] - family_ptr[g]
-        for i in range(leaf_ptr[g], leaf_ptr[g + 1]):
-            work += card[leaves[i]]
-        cost += states * work
-        if cost > limit or start[g + 1] > limit:
+        work[_SIZE, g] = size
+        work[_START, g + 1] = work[_START, g] + size
+        cost_g = work[_FAMILY_PTR, g + 1] - work[_FAMILY_PTR, g]
+        for i in range(work[_LEAF_PTR, g], work[_LEAF_PTR, g + 1]):
+            cost_g += card[work[_LEAF, i]]
+        cost += size * cost_g
+        if cost > limit or work[_START, g + 1] > limit:
             return True
     return False
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _observed_log(n_plain, plain, plain_cell, state, family, log_theta):
-    """Log-probability of the fully observed families; their cells kept in ``plain_cell``."""
-    log_observed = 0.0
-    for t in range(n_plain):
-        index = _family_index(plain[t], state, family, 0)
-        plain_cell[t] = index
-        log_observed += log_theta[index]
-    return log_observed
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _enumerate_groups(log_observed, n_groups, groups, state, card, family, log_theta, log_p, cells):
-    """Each group's joint states: normalized probabilities in ``log_p``, the family cells read in ``cells``.
-
-    Returns ``log_observed`` plus the log of every group's total, or ``-inf`` if a group has probability zero.
-    """
-    var_ptr, var, family_ptr, families, leaf_ptr, leaves, size, start = groups
-    k = 0
-    for g in range(n_groups):
-        top = -np.inf
-        v0, v1 = var_ptr[g], var_ptr[g + 1]
-        for i in range(v0, v1):
-            state[var[i]] = 0
-        for s in range(size[g]):
-            if s > 0:  # next joint state, the group's last variable fastest
-                for i in range(v1 - 1, v0 - 1, -1):
-                    v = var[i]
-                    state[v] += 1
-                    if state[v] < card[v]:
-                        break
-                    state[v] = 0
-            value = 0.0
-            for t in range(family_ptr[g], family_ptr[g + 1]):
-                index = _family_index(families[t], state, family, 0)
-                cells[k] = index
-                k += 1
-                value += log_theta[index]
-            for t in range(leaf_ptr[g], leaf_ptr[g + 1]):
-                cells[k] = _family_index(leaves[t], state, family, 1)
-                k += 1
-            log_p[start[g] + s] = value
-            if value > top:
-                top = value
-        if top == -np.inf:
-            return -np.inf
-        total = 0.0
-        for s in range(start[g], start[g + 1]):
-            log_p[s] = math.exp(log_p[s] - top)
-            total += log_p[s]
-        log_observed += top + math.log(total)
-        for s in range(start[g], start[g + 1]):
-            log_p[s] /= total
-    return log_observed
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _add_row_counts(w, n_plain, plain_cell, n_loose, loose, n_groups, groups, state, card, family, theta, log_p,
-                    cells, counts):
-    """Add ``w · P(family cell | e)`` of one row: plain cells, loose leaves, then each group's states."""
-    _, family_var_ptr, _, family_stride = family
-    _, _, family_ptr, _, leaf_ptr, leaves, size, start = groups
-    for t in range(n_plain):
-        counts[plain_cell[t]] += w
-    for t in range(n_loose):
-        f = loose[t]
-        index = _family_index(f, state, family, 1)
-        stride = family_stride[family_var_ptr[f]]
-        for x in range(card[f]):
-            counts[index + x * stride] += w * theta[index + x * stride]
-    k = 0
-    for g in range(n_groups):
-        for s in range(size[g]):
-            q = w * log_p[start[g] + s]
-            for t in range(family_ptr[g], family_ptr[g + 1]):
-                counts[cells[k]] += q
-                k += 1
-            for t in range(leaf_ptr[g], leaf_ptr[g + 1]):
-                f = leaves[t]
-                index = cells[k]
-                k += 1
-                stride = family_stride[family_var_ptr[f]]
-                for x in range(card[f]):
-                    counts[index + x * stride] += q * theta[index + x * stride]
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _enumerate_kernel(codes, weights, column_var, card, is_leaf, family, log_theta, theta, limit, counts, fallback):
+def _enumerate_kernel(codes, weights, column_var, card, is_leaf, family_offset, family_var_ptr, family_var,
+                      family_stride, log_theta, theta, limit, counts, fallback):
     """Exact expected family counts of rows with few unobserved non-leaf variables, by enumeration.
 
     Adds ``w · P(family cell | e)`` of each row into ``counts`` and returns their weighted log-likelihood;
-    ``fallback[r]`` marks (and skips) rows costing more than ``limit``. Consecutive rows with the same
-    missingness share the classification of the families and the groups.
+    ``fallback[r]`` marks (and skips) rows costing more than ``limit``. A row's missingness is classified
+    (:func:`_classify`, :func:`_place_groups`, :func:`_too_costly`) unless the previous row's was the same;
+    then each group of enumerated variables runs through its joint states in log space, and the second
+    pass adds the posterior of every family cell read.
     """
     n_vars = card.shape[0]
     n_columns = codes.shape[1]
     state = np.empty(n_vars, dtype=np.int64)
-    root = np.empty(n_vars, dtype=np.int64)
-    group = np.empty(n_vars, dtype=np.int64)
-    kind = np.empty(n_vars, dtype=np.int64)
-    plain = np.empty(n_vars, dtype=np.int64)
-    plain_cell = np.empty(n_vars, dtype=np.int64)
-    loose = np.empty(n_vars, dtype=np.int64)
-    enumerated = np.empty(n_vars, dtype=np.int64)
-    member = np.empty(n_vars, dtype=np.int64)
-    anchor = np.empty(n_vars, dtype=np.int64)
-    grouped = np.empty(n_vars, dtype=np.int64)
-    family_group = np.empty(n_vars, dtype=np.int64)
-    fill = np.empty(n_vars, dtype=np.int64)
-    fill_leaf = np.empty(n_vars, dtype=np.int64)
-    groups = (np.zeros(n_vars + 1, dtype=np.int64), np.empty(n_vars, dtype=np.int64),
-              np.zeros(n_vars + 1, dtype=np.int64), np.empty(n_vars, dtype=np.int64),
-              np.zeros(n_vars + 1, dtype=np.int64), np.empty(n_vars, dtype=np.int64),
-              np.empty(n_vars, dtype=np.int64), np.empty(n_vars + 1, dtype=np.int64))
+    work = np.zeros((21, n_vars + 1), dtype=np.int64)
+    plain, plain_cell, loose = work[_PLAIN], work[_PLAIN_CELL], work[_LOOSE]
+    group_var_ptr, group_var, group_size, group_start = work[_VAR_PTR], work[_VAR], work[_SIZE], work[_START]
+    group_family_ptr, group_family = work[_FAMILY_PTR], work[_FAMILY]
+    group_leaf_ptr, group_leaf = work[_LEAF_PTR], work[_LEAF]
     log_p = np.empty(max(limit, 1))
     cells = np.empty(max(limit, 1), dtype=np.int64)  # family cells read per (group state, family)
     missing = np.zeros(n_columns, dtype=np.bool_)  # the classified row's missingness pattern
@@ -569,7 +465,12 @@ def _enumerate_kernel(codes, weights, column_var, card, is_leaf, family, log_the
         w = weights[r]
         if w == 0.0:
             continue
-        same = known and _same_missingness(codes, r, missing)
+        same = known
+        if known:  # rows sharing a missingness pattern share the groups and the families' kinds
+            for j in range(n_columns):
+                if (codes[r, j] < 0) != missing[j]:
+                    same = False
+                    break
         if not same:
             for v in range(n_vars):
                 state[v] = -1
@@ -579,22 +480,85 @@ def _enumerate_kernel(codes, weights, column_var, card, is_leaf, family, log_the
             known = True
             for j in range(n_columns):
                 missing[j] = codes[r, j] < 0
-            n_enumerated, n_plain, n_loose, n_grouped = _classify(
-                state, is_leaf, family, root, group, enumerated, anchor, kind, plain, loose, grouped)
-            n_groups = _place_groups(n_enumerated, n_grouped, enumerated, grouped, kind, anchor, root, group,
-                                     member, family_group, groups, fill, fill_leaf)
-            too_costly = _too_costly(n_groups, groups, card, limit)
+            n_enumerated, n_plain, n_loose, n_grouped = _classify(state, is_leaf, family_var_ptr, family_var, work)
+            n_groups = _place_groups(n_enumerated, n_grouped, work)
+            too_costly = _too_costly(n_groups, card, limit, work)
         if too_costly:
             fallback[r] = True
             continue
-        log_observed = _observed_log(n_plain, plain, plain_cell, state, family, log_theta)
-        if log_observed != -np.inf:  # else the row is impossible whatever the groups
-            log_observed = _enumerate_groups(log_observed, n_groups, groups, state, card, family, log_theta, log_p,
-                                             cells)
+        # fully observed families: a plain count, and their log-probability
+        log_observed = 0.0
+        for t in range(n_plain):
+            index = _family_index(plain[t], state, family_offset, family_var_ptr, family_var, family_stride, 0)
+            plain_cell[t] = index
+            log_observed += log_theta[index]
         if log_observed == -np.inf:
             loglik = -np.inf
             continue
+        # each group's joint states, in log space; the cells read are kept for the counting pass
+        impossible = False
+        k = 0
+        for g in range(n_groups):
+            top = -np.inf
+            v0, v1 = group_var_ptr[g], group_var_ptr[g + 1]
+            for i in range(v0, v1):
+                state[group_var[i]] = 0
+            for s in range(group_size[g]):
+                if s > 0:  # next joint state, the group's last variable fastest
+                    for i in range(v1 - 1, v0 - 1, -1):
+                        v = group_var[i]
+                        state[v] += 1
+                        if state[v] < card[v]:
+                            break
+                        state[v] = 0
+                value = 0.0
+                for t in range(group_family_ptr[g], group_family_ptr[g + 1]):
+                    index = _family_index(group_family[t], state, family_offset, family_var_ptr, family_var,
+                                          family_stride, 0)
+                    cells[k] = index
+                    k += 1
+                    value += log_theta[index]
+                for t in range(group_leaf_ptr[g], group_leaf_ptr[g + 1]):
+                    cells[k] = _family_index(group_leaf[t], state, family_offset, family_var_ptr, family_var,
+                                             family_stride, 1)
+                    k += 1
+                log_p[group_start[g] + s] = value
+                if value > top:
+                    top = value
+            if top == -np.inf:
+                impossible = True
+                break
+            total = 0.0
+            for s in range(group_start[g], group_start[g + 1]):
+                log_p[s] = math.exp(log_p[s] - top)
+                total += log_p[s]
+            log_observed += top + math.log(total)
+            for s in range(group_start[g], group_start[g + 1]):
+                log_p[s] /= total
+        if impossible:
+            loglik = -np.inf
+            continue
         loglik += w * log_observed
-        _add_row_counts(w, n_plain, plain_cell, n_loose, loose, n_groups, groups, state, card, family, theta,
-                        log_p, cells, counts)
+        for t in range(n_plain):
+            counts[plain_cell[t]] += w
+        for t in range(n_loose):
+            f = loose[t]
+            index = _family_index(f, state, family_offset, family_var_ptr, family_var, family_stride, 1)
+            stride = family_stride[family_var_ptr[f]]
+            for x in range(card[f]):
+                counts[index + x * stride] += w * theta[index + x * stride]
+        k = 0
+        for g in range(n_groups):
+            for s in range(group_size[g]):
+                q = w * log_p[group_start[g] + s]
+                for t in range(group_family_ptr[g], group_family_ptr[g + 1]):
+                    counts[cells[k]] += q
+                    k += 1
+                for t in range(group_leaf_ptr[g], group_leaf_ptr[g + 1]):
+                    f = group_leaf[t]
+                    index = cells[k]
+                    k += 1
+                    stride = family_stride[family_var_ptr[f]]
+                    for x in range(card[f]):
+                        counts[index + x * stride] += q * theta[index + x * stride]
     return loglik

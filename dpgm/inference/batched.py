@@ -129,9 +129,9 @@ class BatchedTree:
     """A junction tree over fixed factor scopes, calibrated for batches of evidence rows.
 
     The array-level engine behind :class:`dpgm.inference.JunctionTree` (which
-    takes a model instead of raw factors). Picklable; the compiled index maps
-    travel with it, the numba kernels are compiled once per process (cached on
-    disk).
+    takes a model instead of raw factors). Picklable: the factor tables and the
+    structure travel, the layout is recompiled on arrival; the numba kernels are
+    compiled once per process (cached on disk).
 
     Parameters
     ----------

@@ -259,8 +259,8 @@ class FamilyPlan:
             log_theta = np.log(theta)
         loglik = 0.0
         if self.enumeration_limit > 0:
-            family = (self.family_offset, self.family_var_ptr, self.family_var, self.family_stride)
-            loglik = _enumerate_kernel(codes, weights, column_var, self.card, self.is_leaf, family, log_theta, theta,
+            loglik = _enumerate_kernel(codes, weights, column_var, self.card, self.is_leaf, self.family_offset,
+                                       self.family_var_ptr, self.family_var, self.family_stride, log_theta, theta,
                                        self.enumeration_limit, counts, fallback)
         else:
             fallback[:] = weights > 0
