@@ -204,8 +204,26 @@ scheduler_file_option = click.option("--scheduler-file", default=None, help="Sch
 workers_option = click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of the embedded cluster (default: one per core).")
 
 
-timeout_option = click.option("--connect-timeout", type=float, default=10.0, show_default=True,
-                              help="Seconds to wait for a scheduler at --scheduler.")
+
+def _connection_option(*names: str, **attrs):
+    """An option read by ``_cluster`` from the click context instead of the command's arguments."""
+    def remember(ctx: click.Context, param: click.Parameter, value):
+        ctx.meta[f"dpgm.{param.name}"] = value
+    return click.option(*names, expose_value=False, callback=remember, **attrs)
+
+
+def connection_options(command):
+    """--connect-timeout, --cluster and --jobs, on every command that connects."""
+    for option in reversed([
+        _connection_option("--connect-timeout", type=float, default=10.0, show_default=True,
+                           help="Seconds to wait for the scheduler (file) and a first worker; exits 69 after."),
+        _connection_option("--cluster", type=click.Choice(["local", "slurm", "pbs"]), default=None,
+                           help="Submit workers as batch jobs with dask-jobqueue (configured in Dask's "
+                                "jobqueue.<name> settings) instead of an embedded local cluster."),
+        _connection_option("--jobs", type=int, default=None, help="Batch jobs to submit with --cluster (default 1)."),
+    ]):
+        command = option(command)
+    return command
 
 
 class _Failure(click.ClickException):
@@ -366,13 +384,13 @@ def _quiet_client_logs(meta: dict) -> None:
 
 
 @contextlib.contextmanager
-def _cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None, quiet: bool = False,
-             timeout: float = 10.0):
+def _cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None, quiet: bool = False):
     from dpgm.cluster import connect
 
     meta = click.get_current_context().meta
     _quiet_client_logs(meta)
-    with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers, timeout=timeout) as client:
+    with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers, timeout=meta["dpgm.connect_timeout"],
+                 cluster=meta["dpgm.cluster"], jobs=meta["dpgm.jobs"]) as client:
         meta["dpgm.address"] = client.scheduler.address  # for "the scheduler at ... went away" (exit 69)
         if not quiet and not meta.get("dpgm.quiet"):
             click.echo(f"dashboard: {client.dashboard_link}", err=True)
@@ -432,6 +450,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 @scheduler_option
 @scheduler_file_option
 @workers_option
+@connection_options
 def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler, scheduler_file, workers) -> None:
     """Sample ROWS rows of NETWORK (a shipped network's name or a BIF file) into the Zarr store OUT."""
     from dpgm.data.sample import sample_bayesian_network
@@ -510,8 +529,8 @@ def info(data) -> None:
 @scheduler_option
 @scheduler_file_option
 @workers_option
-@timeout_option
-def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, workers, connect_timeout) -> None:
+@connection_options
+def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, workers) -> None:
     """Contingency tables of each --scope of DATA, in one pass."""
     from dpgm.data import Schema, open_dataset
     from dpgm.stats import counts as run
@@ -525,7 +544,7 @@ def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, wor
         schema = Schema.from_dataset(ds)
         checked = schema.check_scopes(parsed)
         check_table_sizes(checked, {v: schema[v].cardinality for s in checked for v in s})
-        with _cluster(scheduler, scheduler_file, workers, quiet=as_json, timeout=connect_timeout) as client:
+        with _cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:
             tables = run(ds, parsed, client=client, progress=_progress() and not as_json)
     payload = {
         ",".join(scope): {
@@ -561,14 +580,13 @@ def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, wor
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Save a convergence plot (log-likelihood per iteration) to this PNG/SVG/PDF file.")
-@click.option("--drop", multiple=True, help="Variable to remove from the data first, e.g. to fit it as latent "
-              "(repeatable; the specification's 'drop:' list does the same).")
 @click.option("--performance-report", type=click.Path(), default=None,
               help="Save Dask's performance report of the fit (task stream, profile) to this HTML file.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
-def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, drop, performance_report, scheduler,
+@connection_options
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, performance_report, scheduler,
         scheduler_file, workers) -> None:
     """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
 
@@ -577,7 +595,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     from dpgm.api import fit as run
     from dpgm.api.checks import check_checkpoint
     from dpgm.data import Schema, open_dataset
-    from dpgm.spec import SpecError, build_model, drop_variables, read_spec
+    from dpgm.spec import SpecError, build_model, read_spec
 
     if resume and not checkpoint:
         raise click.UsageError("--resume needs --checkpoint")
@@ -595,7 +613,6 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         ds = open_dataset(data)
         parsed = read_spec(spec)
         try:
-            parsed, ds = drop_variables(parsed, ds, drop)
             model, chosen, options = build_model(parsed, Schema.from_dataset(ds).states, method=method)
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
@@ -697,6 +714,7 @@ def _echo_iteration(record: dict) -> None:
 @scheduler_option
 @scheduler_file_option
 @workers_option
+@connection_options
 def predict(model_path, data, variable, name, scheduler, scheduler_file, workers) -> None:
     """Write every row's posterior of --variable under MODEL_PATH into the dataset DATA."""
     from dpgm.api import predict_proba
@@ -723,6 +741,7 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
 @scheduler_option
 @scheduler_file_option
 @workers_option
+@connection_options
 def demo(rows, network, latent, em_rows, plot_path, scheduler, scheduler_file, workers) -> None:
     """Generate a dataset from a shipped network on a local cluster, count it, fit it, and run EM
     with latent variables and the generated missing values."""

@@ -1,0 +1,322 @@
+"""A real one-node SLURM on 127.0.0.1: the sbatch script and dask-jobqueue's SLURMCluster.
+
+The fixture writes a ``slurm.conf`` into a temporary folder and starts ``munged`` (as
+the munge user, on its own socket), ``slurmctld`` and ``slurmd`` (as root, on free
+ports); it stops them afterwards. The tests skip, saying why, only where those daemons
+cannot run here (not root, Debian's ``slurm-wlm``/``munge`` missing: ``make test``
+installs them through scripts/install-system-packages.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpgm
+from dpgm.spec import build_model, read_spec
+
+pytestmark = pytest.mark.slow
+
+SBATCH = Path(__file__).parent.parent / "deploy" / "slurm" / "dpgm-fit.sbatch"
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
+
+
+@dataclass
+class Slurm:
+    root: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("env", self.env)
+        result = subprocess.run(list(args), capture_output=True, text=True, timeout=60, **kwargs)
+        if result.returncode:
+            raise AssertionError(f"{' '.join(args)} exited {result.returncode}: {result.stderr}")
+        return result
+
+    def sbatch(self, *args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+        result = self.run("sbatch", "--parsable", *map(str, args), cwd=cwd, env={**self.env, **(env or {})})
+        return result.stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` as a dict (completed jobs stay listed for MinJobAge seconds)."""
+        text = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+    def wait(self, job_id: str, timeout: float) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if job["JobState"] in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}:
+                return job
+            time.sleep(0.5)
+        self.run("scancel", job_id)
+        raise AssertionError(f"job {job_id} still {self.job(job_id)['JobState']} after {timeout} s")
+
+
+def _cannot_run() -> str | None:
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "a real SLURM needs root here (munged as the munge user, slurmd as root)"
+    missing = [name for name in DAEMONS if shutil.which(name) is None
+               and not Path("/usr/sbin", name).exists()]
+    if missing:
+        return (f"{', '.join(missing)} not installed: install Debian's slurm-wlm and munge "
+                "(bash scripts/install-system-packages.sh)")
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _daemon(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+SLURM_CONF = """\
+ClusterName=dpgmtest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire also delays a requeued job's restart (default 120 s)
+AuthInfo=socket={root}/munge/socket,cred_expire=5
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+# start a requeued job as soon as it is eligible, not at the next 30-60 s pass
+SchedulerParameters=bf_interval=1,sched_interval=2
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+DefMemPerCPU=500
+SlurmdParameters=config_overrides
+NodeName=dpgmnode NodeAddr=127.0.0.1 CPUs=4 RealMemory=16384 State=UNKNOWN
+PartitionName=debug Nodes=dpgmnode Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = _cannot_run()
+    if reason:
+        pytest.skip(reason)
+    # not under pytest's root-only 0700 tmp folder: munged runs as the munge user
+    root = Path(tempfile.mkdtemp(prefix="dpgm-slurm-"))
+    root.chmod(0o755)
+    (root / "state").mkdir()
+    (root / "spool").mkdir()
+    munge = root / "munge"
+    munge.mkdir(mode=0o755)
+    keys = root / "munge-key"
+    keys.mkdir(mode=0o700)
+    key = keys / "munge.key"
+    key.write_bytes(os.urandom(128))
+    key.chmod(0o600)
+    for path in (munge, keys, key):
+        shutil.chown(path, "munge", "munge")
+    conf = root / "slurm.conf"
+    conf.write_text(SLURM_CONF.format(host=socket.gethostname().split(".")[0], ctld_port=_free_port(),
+                                      d_port=_free_port(), root=root))
+    env = {**os.environ, "SLURM_CONF": str(conf),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    processes: list[subprocess.Popen] = []
+    try:
+        processes.append(subprocess.Popen(
+            [_daemon("munged"), "--foreground", "--force", f"--socket={munge}/socket", f"--key-file={key}",
+             f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log", f"--seed-file={keys}/seed"],
+            user="munge", group="munge", stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        _until(lambda: (munge / "socket").exists(), 10, "munged did not create its socket", root)
+        with open(root / "slurmctld.out", "w") as out:
+            processes.append(subprocess.Popen([_daemon("slurmctld"), "-D", "-f", str(conf)], env=env,
+                                              stdout=out, stderr=subprocess.STDOUT))
+        with open(root / "slurmd.out", "w") as out:
+            processes.append(subprocess.Popen([_daemon("slurmd"), "-D", "-N", "dpgmnode", "-f", str(conf)], env=env,
+                                              stdout=out, stderr=subprocess.STDOUT))
+
+        def idle() -> bool:
+            state = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True)
+            return state.stdout.strip() == "idle"
+
+        _until(idle, 30, "the SLURM node did not become idle", root)
+        yield Slurm(root, env)
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _until(condition, timeout: float, message: str, root: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(root.rglob("*.out"))
+                             + sorted(root.rglob("*.log")))
+            raise AssertionError(f"{message} within {timeout} s\n{logs}")
+        time.sleep(0.2)
+
+
+# A latent class model whose EM converges after 375 iterations (~0.15 s each on one
+# worker with a checkpoint, here): stopped ~30 s into a two-minute allocation
+# (DPGM_STOP_BEFORE_END=90), finished in the next one.
+LCA = """\
+model: latent_class
+n_classes: 3
+observed: [asia, tub, smoke, lung, bronc, either, xray, dysp]
+random_state: 0
+max_iter: 500
+tol: 4.0e-9
+"""
+
+
+@pytest.fixture(scope="module")
+def asia(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slurm-data")
+    dpgm.sample_bayesian_network(dpgm.load_network("asia"), 20_000, folder / "asia.zarr", seed=3, chunk_rows=5000)
+    return folder / "asia.zarr"
+
+
+def _shared_folder(slurm: Slurm, name: str) -> Path:
+    folder = slurm.root / name
+    folder.mkdir()
+    return folder
+
+
+def _assert_same_model(path: Path, expected) -> None:
+    fitted = dpgm.load(path)
+    for variable, cpd in expected.cpds.items():
+        np.testing.assert_array_equal(fitted.cpds[variable].values, cpd.values, err_msg=variable)
+
+
+def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, asia):
+    """Near the time limit the script stops the fit, exits 75 and requeues the job; the next
+    allocation resumes from the checkpoint and ends with the fit of an uninterrupted run."""
+    folder = _shared_folder(slurm, "requeue")
+    spec = folder / "lca.yaml"
+    spec.write_text(LCA)
+    # the same fit uninterrupted (in this process, no checkpoint; before the job, not to slow it)
+    ds = dpgm.open_dataset(asia)
+    model, method, options = build_model(read_spec(spec), dpgm.Schema.from_dataset(ds).states)
+    expected = dpgm.fit(model, ds, method=method, **options)
+    assert expected.converged and expected.n_iter == 375
+    start = time.monotonic()
+    # two tasks: the scheduler and one worker; the script stops the fit 90 s before the end: ~30 s in
+    job_id = slurm.sbatch("--time=2", "--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
+                          folder / "model.zarr", "--checkpoint", folder / "checkpoint", cwd=folder,
+                          env={"DPGM_STOP_BEFORE_END": "90"})
+    job = slurm.wait(job_id, timeout=240)
+    elapsed = time.monotonic() - start
+    log = (folder / "job.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log
+    assert int(job["Restarts"]) >= 1, log
+    allocations = log.split("dpgm-fit.sbatch: exit 75")
+    assert len(allocations) == int(job["Restarts"]) + 1, log
+    for stopped in allocations[:-1]:
+        assert "time limit near" in stopped and f"requeued job {job_id}" in stopped, log
+    for resumed in allocations[1:]:
+        assert "resuming from the checkpoint" in resumed, log
+    # the first allocation got some way, the next went on from there (not from 1)
+    first_last = max(int(i) for i in re.findall(r"iteration=(\d+)", allocations[0]))
+    second_first = min(int(i) for i in re.findall(r"iteration=(\d+)", allocations[1]))
+    assert 1 < first_last < 375 and second_first > 1, (first_last, second_first)
+    _assert_same_model(folder / "model.zarr", expected.model)
+    # every allocation: scheduler, worker and dashboards on the node's address, free ports
+    for run in range(int(job["Restarts"]) + 1):
+        logs = folder / f"dpgm-{job_id}" / f"run-{run}"
+        address = json.loads((logs / "scheduler.json").read_text())["address"]
+        assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", address) and not address.endswith(":8786")
+        scheduler_log, workers_log = (logs / "scheduler.log").read_text(), (logs / "workers.log").read_text()
+        assert re.search(r"dashboard at:\s+http://127\.0\.0\.1:\d+", scheduler_log), scheduler_log
+        assert re.search(r"Start worker at:\s+tcp://127\.0\.0\.1:\d+", workers_log), workers_log
+        assert re.search(r"dashboard at:\s+127\.0\.0\.1:\d+", workers_log), workers_log
+    print(f"requeue: {job['Restarts']} requeue(s), first stop after iteration {first_last}, "
+          f"resumed at {second_first}, {elapsed:.0f} s in all")
+
+
+def test_sbatch_job_fails_fast_when_the_scheduler_step_dies(slurm, asia):
+    folder = _shared_folder(slurm, "dead-scheduler")
+    spec = folder / "bn.yaml"
+    spec.write_text("model: bayesian_network\nnetwork: asia\n")
+    start = time.monotonic()
+    # no such interface: the scheduler (and worker) steps exit at once
+    env = {**slurm.env, "DPGM_DASK_INTERFACE": "nosuch0"}
+    job_id = subprocess.run(["sbatch", "--parsable", "--output", str(folder / "job.out"), str(SBATCH),
+                             str(spec), str(asia), str(folder / "model.zarr")], env=env, cwd=folder,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    job = slurm.wait(job_id, timeout=60)
+    log = (folder / "job.out").read_text()
+    assert job["ExitCode"] == "69:0", log
+    assert "step ended" in log, log
+    assert time.monotonic() - start < 40
+    assert not (folder / "model.zarr").exists()
+
+
+def test_jobqueue_slurm_cluster_submits_workers_with_dpgm_environment(slurm, asia, monkeypatch):
+    """``dpgm.connect(cluster="slurm")``: workers are sbatch jobs carrying dpgm's worker environment."""
+    folder = _shared_folder(slurm, "jobqueue")
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    truth = dpgm.load_network("asia")
+    options = {"memory": "500MiB", "walltime": "00:10:00", "log_directory": str(folder)}
+    with dpgm.connect(cluster="slurm", jobs=2, timeout=60, cluster_options=options) as client:
+        client.wait_for_workers(2, timeout=60)
+        environments = client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_",
+                                                                           "SLURM_JOB_ID")})
+        queue = slurm.run("squeue", "-h", "-o", "%i %j %T").stdout.split("\n")
+        fitted = dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), dpgm.open_dataset(asia), client=client).model
+    assert len(environments) == 2
+    assert {env["MALLOC_MMAP_THRESHOLD_"] for env in environments.values()} == {"268435456"}
+    job_ids = {env["SLURM_JOB_ID"] for env in environments.values()}
+    assert len(job_ids) == 2 and all(any(line.startswith(f"{j} ") for line in queue) for j in job_ids), queue
+    expected = dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), dpgm.open_dataset(asia)).model
+    for variable, cpd in expected.cpds.items():
+        np.testing.assert_array_equal(fitted.cpds[variable].values, cpd.values)
+
+
+def test_cli_fit_on_jobqueue_slurm_cluster(slurm, asia):
+    folder = _shared_folder(slurm, "jobqueue-cli")
+    spec = folder / "bn.yaml"
+    spec.write_text("model: bayesian_network\nnetwork: asia\n")
+    env = {**slurm.env, "DASK_JOBQUEUE__SLURM__MEMORY": "500MiB", "DASK_JOBQUEUE__SLURM__WALLTIME": "00:10:00",
+           "DASK_JOBQUEUE__SLURM__LOG_DIRECTORY": str(folder)}
+    result = subprocess.run([sys.executable, "-m", "dpgm.cli", "fit", str(spec), str(asia), "--out",
+                             str(folder / "model.zarr"), "--cluster", "slurm", "--jobs", "2",
+                             "--connect-timeout", "60"], env=env, cwd=folder, capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert list(folder.glob("slurm-*.out")) or list(folder.glob("dask-worker*.out")), sorted(folder.iterdir())
+    truth = dpgm.load_network("asia")
+    _assert_same_model(folder / "model.zarr", dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), dpgm.open_dataset(asia)).model)
