@@ -204,7 +204,6 @@ scheduler_file_option = click.option("--scheduler-file", default=None, help="Sch
 workers_option = click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of the embedded cluster (default: one per core).")
 
 
-
 def _connection_option(*names: str, **attrs):
     """An option read by ``_cluster`` from the click context instead of the command's arguments."""
     def remember(ctx: click.Context, param: click.Parameter, value):
@@ -580,13 +579,15 @@ def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, wor
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Save a convergence plot (log-likelihood per iteration) to this PNG/SVG/PDF file.")
+@click.option("--drop", multiple=True, help="Variable to remove from the data first, e.g. to fit it as latent "
+              "(repeatable; the specification's 'drop:' list does the same).")
 @click.option("--performance-report", type=click.Path(), default=None,
               help="Save Dask's performance report of the fit (task stream, profile) to this HTML file.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
 @connection_options
-def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, performance_report, scheduler,
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, drop, performance_report, scheduler,
         scheduler_file, workers) -> None:
     """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
 
@@ -595,7 +596,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     from dpgm.api import fit as run
     from dpgm.api.checks import check_checkpoint
     from dpgm.data import Schema, open_dataset
-    from dpgm.spec import SpecError, build_model, read_spec
+    from dpgm.spec import SpecError, build_model, drop_variables, read_spec
 
     if resume and not checkpoint:
         raise click.UsageError("--resume needs --checkpoint")
@@ -613,6 +614,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         ds = open_dataset(data)
         parsed = read_spec(spec)
         try:
+            parsed, ds = drop_variables(parsed, ds, drop)
             model, chosen, options = build_model(parsed, Schema.from_dataset(ds).states, method=method)
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
