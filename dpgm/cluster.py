@@ -284,6 +284,9 @@ def iteration_span(name: str, iteration: int) -> Iterator[None]:
         yield
 
 
+PASS_RETRIES = 2
+
+
 def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -> Any:
     """Run one pass: compute a lazy statistic once (no-op for an eager value).
 
@@ -301,7 +304,9 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -
             with ProgressBar():
                 return dask.compute(obj)[0]
         return dask.compute(obj)[0]
-    future = client.compute(obj)
+    # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
+    # run again; tasks lost with a killed worker are recomputed by distributed anyway
+    future = client.compute(obj, retries=PASS_RETRIES)
     if progress:
         from distributed import progress as show_progress
 
