@@ -21,6 +21,7 @@ from dpgm.inference import (
 from dpgm.io import read_bif, read_uai, write_bif, write_uai
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.gaussian import GaussianGraphicalModel
+from dpgm.models.glm import GLMConditional
 from dpgm.models.hmm import HiddenMarkovModel, hmm
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
@@ -37,6 +38,7 @@ __all__ = [
     "DataError",
     "DpgmWarning",
     "FitResult",
+    "GLMConditional",
     "GaussianGraphicalModel",
     "GaussianMixture",
     "HiddenMarkovModel",

@@ -10,6 +10,7 @@ import xarray as xr
 from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
 from dpgm.api.checks import check_checkpoint, check_fit_options
 from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
+from dpgm.api.glm import fit_glm
 from dpgm.api.hmm import fit_hmm
 from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
@@ -19,6 +20,7 @@ from dpgm.api.undirected_em import fit_undirected_em
 from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.gaussian import GaussianGraphicalModel
+from dpgm.models.glm import GLMConditional
 from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
@@ -184,6 +186,9 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
     if isinstance(model, LinearGaussianNetwork):
         return fit_linear_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client,
                                    progress=progress, callback=callback, **options)
+    if isinstance(model, GLMConditional):
+        return fit_glm(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                       callback=callback, **options)
     if isinstance(model, GaussianMixture):
         if method not in (None, "em"):
             raise ValueError(f"a GaussianMixture is fitted by method='em', not {method!r}")
@@ -191,5 +196,5 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
                                     callback=callback, **options)
     raise TypeError(
         f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel, "
-        "HiddenMarkovModel, GaussianGraphicalModel, LinearGaussianNetwork or GaussianMixture"
+        "HiddenMarkovModel, GaussianGraphicalModel, LinearGaussianNetwork, GaussianMixture or GLMConditional"
     )

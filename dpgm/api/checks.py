@@ -175,6 +175,7 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
         ("GaussianGraphicalModel", "ipf"): stop | missing,
         ("GaussianGraphicalModel", "glasso"): stop | missing | {"alpha": Interval(float, 0.0)},
         ("LinearGaussianNetwork", "mle"): missing,
+        ("GLMConditional", "irls"): stop | missing,
         ("GaussianMixture", "em"): em | {"init": _Anything("None, 'k-means++', 'random', 'model' or a dict of "
                                                             "weights, means and covariances or precisions"),
                                          "reg_covar": Interval(float, 0.0)},
@@ -198,7 +199,7 @@ class _Anything(_Constraint):
 
 DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearModel": "lbfgs",
                    "HiddenMarkovModel": "em", "GaussianGraphicalModel": "ipf",
-                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em"}
+                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em", "GLMConditional": "irls"}
 
 # options that do not change what a fit converges to: a checkpoint may be resumed with other values
 RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist")

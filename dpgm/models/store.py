@@ -156,6 +156,10 @@ def _register_builtin() -> None:
 
     register(LinearGaussianNetwork, lambda m: m._to_store(), LinearGaussianNetwork._from_store)
 
+    from dpgm.models.glm import GLMConditional
+
+    register(GLMConditional, lambda m: m._to_store(), GLMConditional._from_store)
+
     from dpgm.models.markov import MarkovNetwork
 
     def markov_build(tables: dict, attrs: dict) -> MarkovNetwork:

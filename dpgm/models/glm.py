@@ -1,0 +1,189 @@
+"""A conditional distribution of one variable given its parents as a generalized linear model.
+
+The child's natural parameter is linear in the parents' *terms*: an intercept,
+each continuous parent as it is, and an indicator for every non-reference state of
+a categorical parent (reference coding: the first state is dropped). The link is
+the family's canonical one: identity (gaussian), logit (bernoulli), log (poisson)
+and the multinomial logit against the child's first state (categorical).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import xarray as xr
+
+__all__ = ["FAMILIES", "GLMConditional", "canonical_family"]
+
+FAMILIES = ("gaussian", "bernoulli", "poisson", "categorical")
+_ALIASES = {"logistic": "bernoulli", "binomial": "bernoulli", "multinomial": "categorical",
+            "multinomial_logit": "categorical", "normal": "gaussian"}
+_LINKS = {"gaussian": "identity", "bernoulli": "logit", "poisson": "log", "categorical": "multinomial logit"}
+
+
+def canonical_family(family: str) -> str:
+    """The family's name in :data:`FAMILIES` (``"logistic"`` -> ``"bernoulli"``, ``"multinomial"`` -> ``"categorical"``)."""
+    if not isinstance(family, str):
+        raise TypeError(f"family must be a string, got {family!r}")
+    name = _ALIASES.get(family.lower(), family.lower())
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {list(FAMILIES)} "
+                         f"(aliases: {sorted(_ALIASES)})")
+    return name
+
+
+class GLMConditional:
+    """``P(child | parents)`` as a generalized linear model with the family's canonical link.
+
+    Parameters
+    ----------
+    child
+        The modelled variable: continuous for ``"gaussian"``; 0/1 (continuous) or
+        two-state categorical for ``"bernoulli"`` (the second state is the event);
+        nonnegative counts for ``"poisson"`` (continuous, or categorical with
+        integer state labels); categorical for ``"categorical"``.
+    parents
+        Explanatory variables, categorical (reference-coded indicators) or continuous.
+    family
+        ``"gaussian"``, ``"bernoulli"`` (alias ``"logistic"``), ``"poisson"`` or
+        ``"categorical"`` (alias ``"multinomial"``).
+    l2
+        Ridge penalty ``l2 / 2 * ||beta||^2`` on every coefficient but the intercept
+        (scaled like the log-likelihood, i.e. not divided by the number of rows).
+
+    Attributes
+    ----------
+    coefficients, standard_errors
+        After :func:`dpgm.fit`: ``DataArray``s over dim ``term`` (``"Intercept"``,
+        continuous parents by name, ``"parent[state]"`` indicators), plus ``state``
+        (the child's non-reference states) for the categorical family.
+    scale
+        The gaussian residual variance (maximum likelihood, divisor n); 1 otherwise.
+    deviance
+        The fitted model's deviance.
+
+    Examples
+    --------
+    >>> glm = GLMConditional("smoker", ["age", "region"], family="logistic")
+    >>> glm.family, glm.link, glm.is_fitted
+    ('bernoulli', 'logit', False)
+    """
+
+    def __init__(self, child: str, parents: Sequence[str] = (), family: str = "gaussian", l2: float = 0.0,
+                 *, coefficients: xr.DataArray | None = None, standard_errors: xr.DataArray | None = None,
+                 scale: float = 1.0, deviance: float | None = None):
+        if not isinstance(child, str):
+            raise TypeError(f"child must be a variable name (str), got {child!r}")
+        if isinstance(parents, str):
+            parents = [parents]
+        parents = tuple(parents)
+        bad = [p for p in parents if not isinstance(p, str)]
+        if bad:
+            raise TypeError(f"parents must be variable names (str), got {bad!r}")
+        if child in parents:
+            raise ValueError(f"the child {child!r} is among its own parents {list(parents)}")
+        if len(set(parents)) != len(parents):
+            raise ValueError(f"parents repeat: {list(parents)!r}")
+        if isinstance(l2, bool) or not isinstance(l2, int | float) or not math.isfinite(l2) or l2 < 0:
+            raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
+        self.child = child
+        self.parents: tuple[str, ...] = parents
+        self.family = canonical_family(family)
+        self.l2 = float(l2)
+        self.coefficients = coefficients
+        self.standard_errors = standard_errors
+        self.scale = float(scale)
+        self.deviance = deviance
+
+    @property
+    def link(self) -> str:
+        """The canonical link of the family."""
+        return _LINKS[self.family]
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """Child and parents."""
+        return (self.child, *self.parents)
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether the conditional has coefficients."""
+        return self.coefficients is not None
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """Labels of the fitted coefficients along ``term``."""
+        if self.coefficients is None:
+            raise ValueError("the terms come from the data's states: fit the conditional first")
+        return tuple(map(str, self.coefficients.coords["term"].values))
+
+    def n_free_parameters(self) -> int:
+        """Coefficients, plus the residual variance of the gaussian family."""
+        if self.coefficients is None:
+            raise ValueError("the conditional has no coefficients yet: fit it with dpgm.fit(conditional, data)")
+        return int(self.coefficients.size) + (self.family == "gaussian")
+
+    def with_parameters(self, coefficients: xr.DataArray, standard_errors: xr.DataArray, *, scale: float = 1.0,
+                        deviance: float | None = None) -> GLMConditional:
+        """A copy with the given coefficients (a model is a value: fitting returns a new one)."""
+        return GLMConditional(self.child, self.parents, self.family, self.l2, coefficients=coefficients,
+                              standard_errors=standard_errors, scale=scale, deviance=deviance)
+
+    def summary(self) -> str:
+        """A coefficient table like statsmodels': term, coef, std err, z, P>|z|."""
+        from scipy.stats import norm
+
+        if self.coefficients is None or self.standard_errors is None:
+            raise ValueError("the conditional has no coefficients yet: fit it with dpgm.fit(conditional, data)")
+        head = (f"GLMConditional {self.child!r} | {list(self.parents)}: family {self.family}, "
+                f"link {self.link}" + (f", l2 {self.l2:g}" if self.l2 else ""))
+        lines = [head]
+        if self.deviance is not None:
+            lines.append(f"  deviance {self.deviance:.6f}" + (f"   scale {self.scale:.6g}"
+                                                                if self.family == "gaussian" else ""))
+        coefficients, errors = self.coefficients, self.standard_errors
+        blocks = ([(None, coefficients, errors)] if "state" not in coefficients.dims else
+                  [(s, coefficients.sel(state=s), errors.sel(state=s)) for s in coefficients.coords["state"].values])
+        width = max(12, *(len(t) for t in self.terms)) + 2
+        rule = "=" * (width + 44)
+        for state, coef, err in blocks:
+            lines.append(rule)
+            label = f"{self.child}={state}" if state is not None else self.child
+            lines.append(f"{label:<{width}}{'coef':>11}{'std err':>11}{'z':>11}{'P>|z|':>11}")
+            lines.append("-" * (width + 44))
+            for term, b, s in zip(self.terms, coef.values, err.values, strict=True):
+                z = b / s if s > 0 else math.nan
+                p = 2 * norm.sf(abs(z)) if math.isfinite(z) else math.nan
+                lines.append(f"{term:<{width}}{b:>11.4f}{s:>11.3f}{z:>11.3f}{p:>11.3f}")
+        lines.append(rule)
+        return "\n".join(lines)
+
+    def save(self, path: str, *, mode: str = "w-") -> None:
+        """Write the conditional to a Zarr group."""
+        from dpgm.models.store import save
+
+        save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        tables: dict[str, Any] = {}
+        if self.coefficients is not None and self.standard_errors is not None:
+            tables = {"coefficients": self.coefficients, "standard_errors": self.standard_errors}
+        return tables | {"__attrs__": {"child": self.child, "parents": list(self.parents), "family": self.family,
+                                       "l2": self.l2, "scale": self.scale, "deviance": self.deviance}}
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> GLMConditional:
+        model = cls(attrs["child"], attrs["parents"], attrs["family"], attrs["l2"])
+        if "coefficients" not in tables:
+            return model
+        order = [d for d in ("term", "state") if d in tables["coefficients"].dims]
+        return model.with_parameters(tables["coefficients"].transpose(*order),
+                                     tables["standard_errors"].transpose(*order), scale=attrs["scale"],
+                                     deviance=attrs["deviance"])
+
+    def __repr__(self) -> str:
+        state = "fitted" if self.is_fitted else "structure"
+        return f"GLMConditional({self.child!r} | {list(self.parents)}, family={self.family!r}, {state})"
+

@@ -1,0 +1,230 @@
+"""One IRLS pass of a generalized linear model: X'WX, X'Wz and the deviance, summed over chunks.
+
+Given the current coefficients ``beta`` (``shared``: one key per pass), every chunk
+builds its design rows ``X`` (intercept, continuous parents, reference-coded
+indicators of categorical parents), the linear predictor ``eta = X beta``, the mean
+``mu``, the working weights ``W`` and working response ``z = eta + (y - mu) g'(mu)``
+of the canonical link, and returns ``X'WX``, ``X'Wz``, the log-likelihood and the
+deviance *at beta*; the partials are plain dicts of arrays and numbers, added leaf by
+leaf by :func:`dpgm.stats.engine.map_reduce`. With ``beta=None`` the weights come
+from a start ``mu0`` computed from the response alone (statsmodels' start), so the
+first pass needs no coefficients. With the canonical link ``W z = W eta + y - mu``,
+which is how it is computed (no division by a vanishing variance).
+
+The categorical (multinomial logit) family stacks the coefficients of the ``K - 1``
+non-reference states state by state (``vec = beta.T.ravel()``); its ``xtwx`` is the
+full ``(K-1)q x (K-1)q`` negative Hessian, blocks ``X' diag(w p_j (d_jk - p_k)) X``,
+and ``xtwz = H vec + X'(w (Y - P))``, so the Newton step solves ``H vec' = xtwz``
+exactly as for the other families.
+
+Rows missing the child or a parent are left out and counted (``missing``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy.special import expit, gammaln, xlogy
+
+from dpgm.errors import DataError
+from dpgm.stats.engine import map_reduce
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from distributed import Client
+
+__all__ = ["Design", "irls_pass"]
+
+# |eta| beyond which a logistic probability is within 1e-13 of 0 or 1: rows fitted "perfectly"
+SEPARATED_ETA = 30.0
+
+
+@dataclass(frozen=True)
+class Design:
+    """The layout of a GLM's design matrix and response, planned once from the schema.
+
+    Attributes
+    ----------
+    child
+        Response variable.
+    family
+        ``"gaussian"``, ``"bernoulli"``, ``"poisson"`` or ``"categorical"``.
+    parents
+        ``(name, n_states)`` per parent; ``n_states = 0`` for a continuous one.
+    terms
+        Column labels of X: ``"Intercept"``, continuous parents, ``"parent[state]"``.
+    child_values
+        Numeric value of each state of a categorical child (bernoulli: 0, 1;
+        poisson: the labels as numbers); ``None`` for a continuous child or the
+        categorical family.
+    n_classes
+        States of the child (categorical family), else 0.
+    """
+
+    child: str
+    family: str
+    parents: tuple[tuple[str, int], ...]
+    terms: tuple[str, ...]
+    child_values: tuple[float, ...] | None = None
+    n_classes: int = 0
+
+    @property
+    def n_terms(self) -> int:
+        return len(self.terms)
+
+    @property
+    def n_coefficients(self) -> int:
+        """Length of the coefficient vector (``(K - 1) * n_terms`` for the categorical family)."""
+        return self.n_terms * max(self.n_classes - 1, 1)
+
+
+def design_matrix(columns: dict[str, np.ndarray], design: Design, index: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """``X`` (complete rows x terms), the response, the weights and the weight of incomplete rows."""
+    child = np.asarray(columns[design.child])
+    rows = len(child)
+    weights = np.ones(rows) if "__weight__" not in columns else np.asarray(columns["__weight__"], np.float64)
+    if "__weight__" in columns and (not np.isfinite(weights).all() or (weights < 0).any()):
+        raise DataError("weights must be finite and nonnegative", chunk=index)
+    keep = (child >= 0) if child.dtype.kind in "iu" else ~np.isnan(child)
+    for name, k in design.parents:
+        values = np.asarray(columns[name])
+        if k:
+            keep &= values >= 0
+        else:
+            if np.isinf(values).any():
+                raise DataError("holds an infinite value (NaN marks a missing one)", variable=name, chunk=index)
+            keep &= ~np.isnan(values)
+    complete = bool(keep.all())
+    missing = 0.0 if complete else float(weights[~keep].sum())
+
+    def take(a: np.ndarray) -> np.ndarray:
+        return a if complete else a[keep]
+
+    n = int(keep.sum())
+    x = np.zeros((n, design.n_terms))
+    x[:, 0] = 1.0
+    col = 1
+    for name, k in design.parents:
+        values = take(np.asarray(columns[name]))
+        if k:
+            codes = values.astype(np.intp)
+            hit = codes > 0
+            x[np.flatnonzero(hit), col + codes[hit] - 1] = 1.0
+            col += k - 1
+        else:
+            x[:, col] = values
+            col += 1
+    y = take(child)
+    if design.family == "categorical":
+        y = y.astype(np.intp)
+    elif design.child_values is not None:
+        y = np.asarray(design.child_values)[y.astype(np.intp)]
+    else:
+        y = y.astype(np.float64)
+        if np.isinf(y).any():
+            raise DataError("holds an infinite value (NaN marks a missing one)", variable=design.child, chunk=index)
+        if design.family == "bernoulli" and ((y < 0) | (y > 1)).any():
+            raise DataError("a bernoulli child must lie in [0, 1] (or be a two-state categorical variable)",
+                            variable=design.child, chunk=index)
+        if design.family == "poisson" and (y < 0).any():
+            raise DataError("a poisson child must be nonnegative", variable=design.child, chunk=index)
+    return x, y, take(weights), missing
+
+
+def irls_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, design: Design) -> dict[str, Any]:
+    """One chunk's share of an IRLS pass at the coefficients ``shared`` (``None``: the start)."""
+    x, y, w, missing = design_matrix(columns, design, index)
+    n_total = float(w.sum()) + missing
+    beta = None if shared is None else np.asarray(shared, dtype=np.float64)
+    if design.family == "categorical":
+        return _multinomial_chunk(x, y, w, beta, design) | {"n": float(w.sum()), "rows": n_total, "missing": missing}
+    loglik = deviance = separated = 0.0
+    if design.family == "gaussian":
+        eta = x @ beta if beta is not None else None
+        weight, wz = w, w * y
+        if eta is not None:
+            deviance = float(w @ (y - eta) ** 2)
+    else:
+        if beta is None:  # statsmodels' start: mu between y and its middle value
+            mu = (y + 0.5) / 2 if design.family == "bernoulli" else y + 0.5
+            eta = np.log(mu / (1 - mu)) if design.family == "bernoulli" else np.log(mu)
+        else:
+            eta = x @ beta
+            mu = expit(eta) if design.family == "bernoulli" else np.exp(eta)
+        variance = mu * (1 - mu) if design.family == "bernoulli" else mu
+        weight, wz = w * variance, w * (variance * eta + y - mu)
+        if beta is not None:
+            if design.family == "bernoulli":
+                loglik = float(w @ (y * eta - np.logaddexp(0.0, eta)))  # exact where mu rounds to 0 or 1
+                saturated = float(w @ (xlogy(y, y) + xlogy(1 - y, 1 - y)))
+                separated = float(w[np.abs(eta) > SEPARATED_ETA].sum())
+            else:
+                loglik = float(w @ (y * eta - mu - gammaln(y + 1)))
+                saturated = float(w @ (xlogy(y, y) - y - gammaln(y + 1)))
+            deviance = 2.0 * (saturated - loglik)
+    xtwx = (x * weight[:, None]).T @ x
+    out = {"xtwx": xtwx, "xtwz": x.T @ wz, "loglik": loglik, "deviance": deviance, "separated": separated,
+           "n": float(w.sum()), "rows": n_total, "missing": missing}
+    if design.family == "gaussian":
+        out["yy"] = float(w @ (y * y))
+    return out
+
+
+def _multinomial_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: np.ndarray | None,
+                       design: Design) -> dict[str, Any]:
+    q, m = design.n_terms, design.n_classes - 1
+    coefficients = np.zeros((m, q)) if beta is None else beta.reshape(m, q)
+    eta = np.zeros((len(y), m + 1))
+    eta[:, 1:] = x @ coefficients.T
+    log_norm = np.logaddexp.reduce(eta, axis=1)
+    prob = np.exp(eta - log_norm[:, None])[:, 1:]
+    indicator = np.zeros_like(prob)
+    hit = y > 0
+    indicator[np.flatnonzero(hit), y[hit] - 1] = 1.0
+    hessian = np.empty((m * q, m * q))
+    for j in range(m):
+        for k in range(j, m):
+            weight = w * prob[:, j] * ((j == k) - prob[:, k])
+            block = (x * weight[:, None]).T @ x
+            hessian[j * q:(j + 1) * q, k * q:(k + 1) * q] = block
+            hessian[k * q:(k + 1) * q, j * q:(j + 1) * q] = block.T
+    gradient = (x.T @ ((indicator - prob) * w[:, None])).T.ravel()
+    loglik = float(w @ (eta[np.arange(len(y)), y] - log_norm))
+    separated = float(w[(eta.max(axis=1) - log_norm) > -1e-13].sum()) if beta is not None else 0.0
+    return {"xtwx": hessian, "xtwz": hessian @ coefficients.ravel() + gradient, "loglik": loglik,
+            "deviance": -2.0 * loglik, "separated": separated}
+
+
+def irls_pass(data: xr.Dataset, design: Design, coefficients: np.ndarray | None, *, client: Client | None = None,
+              progress: bool = False) -> dict[str, Any]:
+    """One pass over the data: the IRLS statistics at ``coefficients`` (see the module docstring).
+
+    Returns
+    -------
+    dict
+        ``xtwx``, ``xtwz``, ``loglik``, ``deviance`` (at ``coefficients``; 0 for the
+        start), ``separated`` (weight of rows fitted with probability within 1e-13 of
+        0 or 1), ``n`` (weight of complete rows), ``rows``, ``missing``; gaussian:
+        ``yy = sum w y^2``.
+    """
+    from dpgm.cluster import compute
+    from dpgm.data.columns import zarr_columns
+    from dpgm.data.schema import Schema
+
+    schema = Schema.from_dataset(data)
+    needed = [design.child, *(name for name, _ in design.parents), *([schema.weight] if schema.weight else [])]
+    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
+    kernel = functools.partial(_kernel, design=design, weight=schema.weight)
+    shared = None if coefficients is None else np.asarray(coefficients, dtype=np.float64)
+    return compute(map_reduce(arrays, kernel, name="dpgm-irls", shared=shared), client=client, progress=progress)
+
+
+def _kernel(index: int, columns: dict[str, np.ndarray], shared: Any, design: Design, weight: str | None):
+    if weight is not None:
+        columns = dict(columns)
+        columns["__weight__"] = columns.pop(weight)
+    return irls_chunk(index, columns, shared, design)
