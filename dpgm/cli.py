@@ -211,8 +211,35 @@ def _connection_option(*names: str, **attrs):
     return click.option(*names, expose_value=False, callback=remember, **attrs)
 
 
+def _remember_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        ctx.meta["dpgm.storage_options"] = None
+        return
+    try:
+        options = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"not JSON: {error}") from None
+    if not isinstance(options, dict):
+        raise click.BadParameter(f"must be a JSON object, got {value!r}")
+    ctx.meta["dpgm.storage_options"] = options
+
+
+def _storage_options() -> dict | None:
+    return click.get_current_context().meta.get("dpgm.storage_options")
+
+
+def _location(path: str) -> object:
+    """A checkpoint folder: the path itself, or an fsspec mapper carrying --storage-options for a URL."""
+    options = _storage_options()
+    if options and _remote(path):
+        import fsspec
+
+        return fsspec.get_mapper(path, **options)
+    return path
+
+
 def connection_options(command):
-    """--connect-timeout, --cluster and --jobs, on every command that connects."""
+    """--connect-timeout, --cluster, --jobs and --storage-options, on every command that connects."""
     for option in reversed([
         _connection_option("--connect-timeout", type=float, default=10.0, show_default=True,
                            help="Seconds to wait for the scheduler (file) and a first worker; exits 69 after."),
@@ -220,6 +247,9 @@ def connection_options(command):
                            help="Submit workers as batch jobs with dask-jobqueue (configured in Dask's "
                                 "jobqueue.<name> settings) instead of an embedded local cluster."),
         _connection_option("--jobs", type=int, default=None, help="Batch jobs to submit with --cluster (default 1)."),
+        click.option("--storage-options", "storage_options", expose_value=False, callback=_remember_storage_options,
+                     default=None, metavar="JSON",
+                     help='fsspec options for URLs of data and checkpoints, e.g. \'{"anon": true}\'.'),
     ]):
         command = option(command)
     return command
@@ -503,7 +533,7 @@ def info(data) -> None:
 
     click.get_current_context().meta["dpgm.inputs"] = [data]
     with _errors():
-        ds = open_dataset(data)
+        ds = open_dataset(data, storage_options=_storage_options())
         schema = Schema.from_dataset(ds)
     chunks = ds[next(iter(ds.data_vars))].chunks[0] if ds.data_vars else ()
     click.echo(f"{data}: {schema.n_rows:,} rows in {len(chunks)} chunks of up to {max(chunks, default=0):,} rows")
@@ -539,7 +569,7 @@ def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, wor
     _check_output("--out", out, overwrite=overwrite, inputs=(data,))
     click.get_current_context().meta["dpgm.inputs"] = [data]
     with _errors():
-        ds = open_dataset(data)
+        ds = open_dataset(data, storage_options=_storage_options())
         schema = Schema.from_dataset(ds)
         checked = schema.check_scopes(parsed)
         check_table_sizes(checked, {v: schema[v].cardinality for s in checked for v in s})
@@ -611,7 +641,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
                        "continue it, or --overwrite to start afresh", EX_CANTCREAT)
     click.get_current_context().meta["dpgm.inputs"] = [data]
     with _errors(checkpoint):
-        ds = open_dataset(data)
+        ds = open_dataset(data, storage_options=_storage_options())
         parsed = read_spec(spec)
         try:
             parsed, ds = drop_variables(parsed, ds, drop)
@@ -619,9 +649,9 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
         if checkpoint:
-            options["checkpoint"] = checkpoint
+            options["checkpoint"] = _location(checkpoint)
         if resume:
-            options["resume"] = checkpoint
+            options["resume"] = _location(checkpoint)
         # a checkpoint of other data or another specification is refused before the cluster starts
         check_checkpoint(model, ds, chosen or _default_method(model), options,
                          extra={"specification": _spec_fingerprint(parsed, method)})
@@ -726,7 +756,7 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
     click.get_current_context().meta["dpgm.inputs"] = [model_path, data]
     with _errors():
         model = load(model_path)
-        ds = open_dataset(data)
+        ds = open_dataset(data, storage_options=_storage_options())
         with _cluster(scheduler, scheduler_file, workers) as client:
             result = predict_proba(model, ds, variable, write=True, name=name, client=client)
     click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")

@@ -89,3 +89,39 @@ def test_data_on_s3_counted_on_the_cluster_equal_memory(s3, client):
     on_cluster, in_memory = dpgm.counts(remote, scopes, client=client), dpgm.counts(ds, scopes)
     for scope in scopes:
         np.testing.assert_array_equal(on_cluster[scope].values, in_memory[scope].values)
+
+
+def test_cli_reads_data_and_checkpoints_on_s3_with_storage_options(s3, tmp_path):
+    """`dpgm counts` and `dpgm fit --checkpoint s3://... --storage-options JSON`, then --resume."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    truth, ds, structure, _ = _problem()
+    data = f"s3://dpgm-runs/{uuid.uuid4().hex}.zarr"
+    dpgm.write_dataset(ds, data, chunk_rows=500, storage_options=s3)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({"model": "bayesian_network", "edges": [list(e) for e in truth.edges],
+                                "latent": {"either": ["yes", "no"]}, "random_state": 4, "tol": 0,
+                                "max_iter": 3}))
+    dpgm_cli = [str(Path(sys.executable).parent / "dpgm")]
+    options = ["--storage-options", json.dumps(s3), "--workers", "1"]
+    checkpoint = f"s3://dpgm-runs/{uuid.uuid4().hex}"
+
+    def run(*args):
+        return subprocess.run([*dpgm_cli, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+    counted = run("counts", data, "--scope", "smoke,lung", "--json", *options)
+    assert counted.returncode == 0, counted.stderr
+    first = run("fit", spec, data, "--out", tmp_path / "m1.zarr", "--checkpoint", checkpoint, *options)
+    assert first.returncode == 3, first.stderr  # tol 0: stopped at max_iter, checkpoint written
+    fs = fsspec.filesystem("s3", **s3)
+    assert fs.cat_file(f"{checkpoint.removeprefix('s3://')}/LATEST").decode() == "iteration-000003"
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "max_iter": 5}))
+    second = run("fit", spec, data, "--out", tmp_path / "m2.zarr", "--checkpoint", checkpoint, "--resume", *options)
+    assert second.returncode == 3, second.stderr
+    assert fs.cat_file(f"{checkpoint.removeprefix('s3://')}/LATEST").decode() == "iteration-000005"
+    assert not Path("s3:").exists()
+    bad = run("fit", spec, data, "--out", tmp_path / "m3.zarr", "--storage-options", "[1, 2]")
+    assert bad.returncode == 2 and "--storage-options" in bad.stderr
