@@ -441,8 +441,9 @@ def _default_chunk_rows(rows: int) -> int:
     return default_chunk_rows(rows)
 
 
-def _progress() -> bool:
-    return sys.stderr.isatty()
+def _progress() -> bool | str:
+    """A bar on a terminal; plain periodic lines on the ``dpgm`` logger in batch logs."""
+    return True if sys.stderr.isatty() else "lines"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -458,8 +459,9 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """
     ctx.meta["dpgm.verbose"] = verbose
     ctx.meta["dpgm.quiet"] = quiet
-    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO if verbose else None
-    if level is not None and not logger.handlers:
+    # INFO by default: batch logs get the passes' periodic progress lines; -q keeps warnings only
+    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
+    if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         logger.addHandler(handler)
@@ -574,7 +576,7 @@ def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, wor
         checked = schema.check_scopes(parsed)
         check_table_sizes(checked, {v: schema[v].cardinality for s in checked for v in s})
         with _cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:
-            tables = run(ds, parsed, client=client, progress=_progress() and not as_json)
+            tables = run(ds, parsed, client=client, progress=False if as_json else _progress())
     payload = {
         ",".join(scope): {
             "dims": list(table.dims),

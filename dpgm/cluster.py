@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -156,6 +157,9 @@ def connect(
             dashboard_address=dashboard_address,
             env=WORKER_ENV,
             scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
+            # a failing task reaches the driver as the one error it raises (a pass retries it first):
+            # the workers' own "Compute Failed" logs would only repeat it, traceback and all
+            silence_logs=logging.CRITICAL,
         )
     with local_cluster, Client(local_cluster) as local:
         yield local
@@ -287,12 +291,14 @@ def iteration_span(name: str, iteration: int) -> Iterator[None]:
 PASS_RETRIES = 2
 
 
-def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -> Any:
+def compute(obj: Any, *, client: Client | None = None, progress: bool | str = False) -> Any:
     """Run one pass: compute a lazy statistic once (no-op for an eager value).
 
     With ``client`` (or an active default client) the pass runs on that cluster;
     otherwise on Dask's configured scheduler (threads by default;
-    ``dask.config.set(scheduler="sync")`` runs it in this thread).
+    ``dask.config.set(scheduler="sync")`` runs it in this thread). ``progress``:
+    True draws a bar (a terminal), ``"lines"`` logs a plain line on the ``dpgm``
+    logger every ``LINE_SECONDS`` (batch logs), False nothing.
     """
     if not dask.is_dask_collection(obj):
         return obj
@@ -307,8 +313,38 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool = False) -
     # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
     future = client.compute(obj, retries=PASS_RETRIES)
-    if progress:
+    if progress == "lines":
+        _line_progress(future)
+    elif progress:
         from distributed import progress as show_progress
 
         show_progress(future, notebook=False)
     return future.result()
+
+
+LINE_SECONDS = 10.0
+
+
+def _line_progress(future: Any) -> None:
+    """Log ``pass: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks)."""
+    import logging
+    import time
+
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    log = logging.getLogger("dpgm")
+
+    class _Lines(TextProgressBar):
+        last = 0.0
+
+        def _draw_bar(self, remaining, all, **kwargs):
+            now = time.monotonic()
+            if now - self.last >= LINE_SECONDS and all:
+                self.last = now
+                done = all - remaining
+                log.info("pass: %d/%d tasks done (%d%%), %.1f s", done, all, 100 * done // all, self.elapsed)
+
+        def _draw_stop(self, remaining=0, status="finished", **kwargs):
+            log.info("pass %s after %.1f s", status, self.elapsed)
+
+    _Lines([future], interval="500ms")
