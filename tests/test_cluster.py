@@ -6,11 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from dask_processes import dask_processes
 from data_helpers import pandas_counts, random_frame
 
 import dpgm
@@ -18,38 +18,8 @@ import dpgm
 
 @pytest.fixture(scope="module")
 def scheduler_file(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cluster")
-    file = folder / "scheduler.json"
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    processes = [
-        subprocess.Popen(
-            [bin_dir / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-             "--scheduler-file", file], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-    ]
-    deadline = time.time() + 60
-    while not file.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    for _ in range(2):
-        processes.append(
-            subprocess.Popen(
-                [bin_dir / "dask", "worker", "--scheduler-file", file, "--nthreads", "1", "--nworkers", "1",
-                 "--no-dashboard", "--local-directory", folder], env=env, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-    try:
-        from distributed import Client
-
-        with Client(scheduler_file=str(file), timeout=30) as client:
-            client.wait_for_workers(2, timeout=60)
+    with dask_processes(tmp_path_factory.mktemp("cluster"), 2) as file:
         yield file
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
 
 
 def test_counts_on_real_scheduler_and_workers(tmp_path, scheduler_file):
