@@ -14,9 +14,10 @@ from dpgm.api.log_linear import (
     warn_not_converged,
     zero_offsets,
 )
+from dpgm.fit.features import FeatureSet
 from dpgm.fit.result import FitResult
 from dpgm.fit.tables import JointEngine, loglik_from_potentials
-from dpgm.models.log_linear import LogLinearModel
+from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
 
 _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
@@ -34,7 +35,6 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     check_variables(model.variables, model.states, states)
     scopes = model.scopes
     zeros = structural_zeros_for(model, structural_zeros, states)
-    hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
     if not loglik_tol >= 0:
         raise ValueError(f"loglik_tol must be a nonnegative number, got {loglik_tol!r}")
     if loglik_tol and method != "ipf":
@@ -42,6 +42,7 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     if method == "closed_form" and zeros is not None:
         raise ValueError("closed_form does not take structural zeros; use method='ipf'")
     if method in ("gis", "lbfgs", "newton"):
+        hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
         result = fit_log_linear(hierarchical, data, method, tol=tol, max_iter=max_iter, client=client,
                                  progress=progress, callback=callback, l1=l1, l2=l2,
                                  structural_zeros=zeros, goodness_of_fit=goodness_of_fit)
@@ -67,13 +68,14 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
         log_potentials, history, converged, n_iter = (state.log_potentials, state.history, state.converged,
                                                       state.n_iter)
     fitted = model.with_structural_zeros(zeros).with_log_potentials(log_potentials)
-    features, _ = hierarchical.feature_set()
     engine = engine_for(model.variables, states, offsets)
     _, log_z = engine({s: log_potentials[s] for s in scopes}, [])
     result = FitResult(model=fitted, method=method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
-                       converged=converged, n_iter=n_iter, n_rows=n, n_params=hierarchical.n_free_parameters(),
-                       history=history)
+                       converged=converged, n_iter=n_iter, n_rows=n,
+                       n_params=hierarchical_free_parameters(scopes, model.states), history=history)
     if saturated and isinstance(engine, JointEngine):
+        # one indicator per margin cell, as LogLinearModel.from_margins (only the design's rank is used)
+        features = FeatureSet.indicators({s: counts[s].shape for s in scopes})
         add_goodness_of_fit(result, features, engine, {s: log_potentials[s] for s in scopes}, tables[saturated],
                             saturated)
     if not converged:

@@ -13,7 +13,14 @@ from dpgm.data.schema import labelled_table
 from dpgm.fit.features import FeatureSet
 from dpgm.models.zeros import check_structural_zeros
 
-__all__ = ["LogLinearModel"]
+__all__ = ["LogLinearModel", "hierarchical_free_parameters"]
+
+
+def hierarchical_free_parameters(margins: Sequence[Sequence[str]], states: Mapping[str, Sequence[str]]) -> int:
+    """Free parameters of the hierarchical model of ``margins``: one per cell of every term in their
+    closure under subsets, each axis less its reference state (``prod (k_v - 1)``)."""
+    terms = {tuple(sorted(sub)) for m in margins for k in range(1, len(m) + 1) for sub in itertools.combinations(m, k)}
+    return int(sum(math.prod(len(states[v]) - 1 for v in term) for term in terms))
 
 
 class LogLinearModel:
@@ -141,9 +148,7 @@ class LogLinearModel:
         """Free parameters of a hierarchical model (its margins' closure under subsets), else the feature count."""
         if self.margins is None:
             return len(self.features)
-        terms = {tuple(sorted(sub)) for m in self.margins for k in range(1, len(m) + 1)
-                 for sub in itertools.combinations(m, k)}
-        return int(sum(math.prod(len(self.states[v]) - 1 for v in term) for term in terms))
+        return hierarchical_free_parameters(self.margins, self.states)
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the model (features, weights, margins, structural zeros) to a Zarr group."""
