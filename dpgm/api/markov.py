@@ -17,6 +17,7 @@ from dpgm.api.log_linear import (
 from dpgm.fit.features import FeatureSet
 from dpgm.fit.result import FitResult
 from dpgm.fit.tables import JointEngine, loglik_from_potentials
+from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
 
@@ -50,21 +51,25 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
         result.model = model.with_structural_zeros(zeros).with_log_potentials(
             {s: _align(log_potentials, s) for s in scopes})
         return result
+    offsets = zero_offsets(zeros)
+    cards = {v: model.cardinality(v) for v in model.variables}
+    # the junction tree before the pass: a model too dense for exact IPF is refused (TreeTooLarge)
+    # in O(model) time, before anything reads the data
+    structure = build_tree(model.variables, cards, [*scopes, *offsets]) if method == "ipf" else None
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     tables = counts_with_zeros(data, list(scopes) + ([saturated] if saturated else []), zeros, client, progress)
     n = float(tables.n_rows)
     counts = {s: np.asarray(tables[s].values, dtype=float) for s in scopes}
     with np.errstate(divide="ignore"):
         init = {s: np.log(model.potentials[s].values) for s in scopes}
-    offsets = zero_offsets(zeros)
     if method == "closed_form":
         if any(np.isneginf(t).any() for t in init.values()):
             raise ValueError("closed_form does not take potentials with zeros; use method='ipf'")
         log_potentials = decomposable_mle(scopes, counts)
         history, converged, n_iter = [], True, 0
     else:
-        state = tree_ipf(counts, model.variables, {v: model.cardinality(v) for v in model.variables}, init=init,
-                         max_iter=max_iter, tol=tol, loglik_tol=loglik_tol, callback=callback, fixed=offsets)
+        state = tree_ipf(counts, model.variables, cards, init=init, max_iter=max_iter, tol=tol,
+                         loglik_tol=loglik_tol, callback=callback, fixed=offsets, structure=structure)
         log_potentials, history, converged, n_iter = (state.log_potentials, state.history, state.converged,
                                                       state.n_iter)
     fitted = model.with_structural_zeros(zeros).with_log_potentials(log_potentials)
