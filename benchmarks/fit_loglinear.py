@@ -43,8 +43,8 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
-from dpgm.fit.ipf import ipf  # noqa: E402
-from dpgm.fit.tables import JointEngine, reduce_to  # noqa: E402
+from dpgm.algorithms.ipf import ipf  # noqa: E402
+from dpgm.algorithms.tables import JointEngine, reduce_to  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 STORE = Path("/tmp/dpgm-bench")

@@ -6,7 +6,7 @@ For each square grid of binary variables, 50,000 rows are forward-sampled (in
 memory, seed fixed) from a random grid Bayesian network (each cell's parents are
 its left and upper neighbours, CPT columns ~ Dirichlet(2, 2)), the counts of the
 grid's neighbour pairs are taken with ``dpgm.counts``, and
-``dpgm.fit.tree_ipf.tree_ipf(counts, ..., tol=1e-8, max_iter=500)`` is timed
+``dpgm.algorithms.tree_ipf.tree_ipf(counts, ..., tol=1e-8, max_iter=500)`` is timed
 (median of 3): junction-tree width (largest clique - 1), total clique table size,
 sweeps, final max marginal error, seconds. ``dpgm.fit(MarkovNetwork, ds,
 method="ipf", tol=1e-8)`` end to end (counts + IPF, in memory) is timed once too.
@@ -39,7 +39,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dpgm  # noqa: E402
-from dpgm.fit.tree_ipf import grid_scopes, tree_ipf  # noqa: E402
+from dpgm.algorithms.tree_ipf import grid_scopes, tree_ipf  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ROWS = 50_000

@@ -3,13 +3,13 @@
 The public API lives here; see the README for a tour.
 """
 
+from dpgm.algorithms.result import FitResult
 from dpgm.api import fit, predict_proba
 from dpgm.cluster import compute, connect
 from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
 from dpgm.data.convert import convert
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
-from dpgm.fit.result import FitResult
 from dpgm.inference import (
     ImpossibleEvidenceError,
     JunctionTree,

@@ -175,7 +175,7 @@ def _cycle_with_latent(n: int, seed: int):
     """A 4-cycle a-b-c-h with h never observed; rows drawn from the enumerated joint."""
     import xarray as xr
 
-    from dpgm.fit.tables import JointEngine
+    from dpgm.algorithms.tables import JointEngine
 
     rng = np.random.default_rng(seed)
     states = {v: ["0", "1"] for v in "abch"}

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgm
-from dpgm.fit.ipf import ipf
-from dpgm.fit.tables import JointEngine, reduce_to
+from dpgm.algorithms.ipf import ipf
+from dpgm.algorithms.tables import JointEngine, reduce_to
 from dpgm.models.log_linear import LogLinearModel
 
 

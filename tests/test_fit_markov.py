@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgm
-from dpgm.fit.ipf import ipf
-from dpgm.fit.tables import JointEngine, reduce_to
-from dpgm.fit.tree_ipf import grid_scopes, tree_ipf
+from dpgm.algorithms.ipf import ipf
+from dpgm.algorithms.tables import JointEngine, reduce_to
+from dpgm.algorithms.tree_ipf import grid_scopes, tree_ipf
 
 MARGINS = [("Class", "Sex", "Age"), ("Class", "Survived"), ("Sex", "Survived"), ("Age", "Survived")]
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from inference_models import evidence_for, models
 
 import dpgm
-from dpgm.fit.tree_ipf import grid_scopes
+from dpgm.algorithms.tree_ipf import grid_scopes
 from dpgm.inference import ImpossibleEvidenceError, JunctionTree, interaction_graph
 from dpgm.inference.triangulation import TreeTooLarge
 from dpgm.testing import (

@@ -16,7 +16,7 @@ import statsmodels.api as sm
 import xarray as xr
 
 import dpgm
-from dpgm.fit.tables import MAX_JOINT_CELLS
+from dpgm.algorithms.tables import MAX_JOINT_CELLS
 
 STATES = {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"], "c": ["c0", "c1"], "d": ["d0", "d1"]}
 

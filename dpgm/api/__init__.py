@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
+from dpgm.algorithms.result import FitResult
 from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
 from dpgm.api.checks import check_checkpoint, check_fit_options
 from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
@@ -17,7 +18,6 @@ from dpgm.api.markov import fit_markov_network
 from dpgm.api.mixture import fit_gaussian_mixture
 from dpgm.api.predict import predict_proba
 from dpgm.api.undirected_em import fit_undirected_em
-from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.glm import GLMConditional

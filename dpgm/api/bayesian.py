@@ -8,12 +8,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dpgm.algorithms.bayesian import (
+    PRIORS,
+    bayesian_network_estimate,
+    log_marginal_likelihood,
+    result_for,
+)
+from dpgm.algorithms.goodness import deviance_and_pearson
+from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.errors import DataError
-from dpgm.fit.bayesian import PRIORS, bayesian_network_estimate, log_marginal_likelihood, result_for
-from dpgm.fit.goodness import deviance_and_pearson
-from dpgm.fit.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
 
 
@@ -83,7 +88,7 @@ def _family_plan(model: BayesianNetwork):
 
 def _prior_counts(model: BayesianNetwork, prior, equivalent_sample_size: float, pseudo_counts_by_variable):
     """The Dirichlet pseudo-counts of every family as one vector in the layout of the parameters."""
-    from dpgm.fit.bayesian import pseudo_counts
+    from dpgm.algorithms.bayesian import pseudo_counts
 
     if prior is None:
         return None
@@ -113,8 +118,8 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
     """EM on raw arrays: the parameters are one vector (:class:`~dpgm.inference.families.FamilyPlan`'s
     layout), the E step returns expected family counts in the same layout, the M step normalizes
     them; labels are attached only for checkpoints and the result."""
+    from dpgm.algorithms.em import em
     from dpgm.cluster import current_client, iteration_span
-    from dpgm.fit.em import em
     from dpgm.inference.families import FamilyParameters
     from dpgm.stats.expected import expected_counts
 
@@ -158,7 +163,7 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
         starts = [from_model(m) for m in initial_models(model, n_init, random_state, init)]
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
                checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
-    from dpgm.fit.bayesian import n_free_parameters
+    from dpgm.algorithms.bayesian import n_free_parameters
 
     result = em_result(state, "em", n_params=n_free_parameters(model), n_rows=total_rows(data, client))
     result.info["latent"] = latent

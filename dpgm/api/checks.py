@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 
 import xarray as xr
 
+from dpgm.algorithms.goodness import MAX_SATURATED_CELLS
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
-from dpgm.fit.goodness import MAX_SATURATED_CELLS
 from dpgm.stats.counts import Counts, counts
 
 
@@ -366,8 +366,8 @@ def check_checkpoint(model, data, method: str, options: dict, extra: dict | None
     """
     import warnings
 
+    from dpgm.algorithms.checkpoint import check_fingerprint, set_fingerprint
     from dpgm.errors import DpgmWarning
-    from dpgm.fit.checkpoint import check_fingerprint, set_fingerprint
 
     checkpoint, resume = options.get("checkpoint"), options.get("resume")
     if checkpoint is None and resume is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from dpgm.fit.result import FitResult
+from dpgm.algorithms.result import FitResult
 
 
 def event_callback(client, callback):

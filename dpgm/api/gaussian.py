@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import xarray as xr
 
+from dpgm.algorithms.gaussian import decomposable_precision, gaussian_loglik, graphical_lasso, ips
+from dpgm.algorithms.result import FitResult
 from dpgm.errors import ConvergenceWarning, DataError
-from dpgm.fit.gaussian import decomposable_precision, gaussian_loglik, graphical_lasso, ips
-from dpgm.fit.result import FitResult
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 

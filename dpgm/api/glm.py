@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 import xarray as xr
 
+from dpgm.algorithms.irls import irls
+from dpgm.algorithms.result import FitResult
 from dpgm.data.schema import Schema
 from dpgm.errors import ConvergenceWarning, DataError
-from dpgm.fit.irls import irls
-from dpgm.fit.result import FitResult
 from dpgm.models.glm import GLMConditional
 from dpgm.stats.irls import Design
 

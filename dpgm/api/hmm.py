@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import data_states
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.errors import DataError
-from dpgm.fit.result import FitResult
 from dpgm.models.hmm import HiddenMarkovModel
 
 
 def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
              random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False) -> FitResult:
+    from dpgm.algorithms.em import em
     from dpgm.cluster import current_client, iteration_span
-    from dpgm.fit.em import em
     from dpgm.stats.expected import sequence_expected_counts
 
     states = data_states(data)

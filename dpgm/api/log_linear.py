@@ -9,14 +9,14 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
+from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.gis import gis
+from dpgm.algorithms.goodness import deviance_and_pearson
+from dpgm.algorithms.gradient import lbfgs, newton, proximal_gradient
+from dpgm.algorithms.result import FitResult
+from dpgm.algorithms.tables import MAX_JOINT_CELLS, JointEngine, Scope, TreeEngine
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.errors import ConvergenceWarning, DataError
-from dpgm.fit.features import FeatureSet
-from dpgm.fit.gis import gis
-from dpgm.fit.goodness import deviance_and_pearson
-from dpgm.fit.gradient import lbfgs, newton, proximal_gradient
-from dpgm.fit.result import FitResult
-from dpgm.fit.tables import MAX_JOINT_CELLS, JointEngine, Scope, TreeEngine
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros, zeros_log_factor
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.result import FitResult
+from dpgm.algorithms.tables import JointEngine, loglik_from_potentials
 from dpgm.api.checks import check_variables, data_states, saturated_scope
 from dpgm.api.log_linear import (
     add_goodness_of_fit,
@@ -14,9 +17,6 @@ from dpgm.api.log_linear import (
     warn_not_converged,
     zero_offsets,
 )
-from dpgm.fit.features import FeatureSet
-from dpgm.fit.result import FitResult
-from dpgm.fit.tables import JointEngine, loglik_from_potentials
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
@@ -27,8 +27,8 @@ _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
 def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, client, progress, callback,
                         structural_zeros=None, l1: float = 0.0, l2: float = 0.0, goodness_of_fit=True,
                         loglik_tol: float = 0.0) -> FitResult:
-    from dpgm.fit.decomposable import decomposable_mle
-    from dpgm.fit.tree_ipf import tree_ipf
+    from dpgm.algorithms.decomposable import decomposable_mle
+    from dpgm.algorithms.tree_ipf import tree_ipf
 
     if method not in _MARKOV_METHODS:
         raise ValueError(f"unknown method {method!r} for a MarkovNetwork; expected one of {_MARKOV_METHODS}")

@@ -5,11 +5,16 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from dpgm.algorithms.mixture import (
+    MixtureParameters,
+    initial_parameters,
+    m_step,
+    parameters_from_init,
+)
+from dpgm.algorithms.result import FitResult
 from dpgm.api.em_control import em_result, event_callback, maybe_persist, total_rows
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
-from dpgm.fit.mixture import MixtureParameters, initial_parameters, m_step, parameters_from_init
-from dpgm.fit.result import FitResult
 from dpgm.models.mixture import GaussianMixture, full_covariances
 
 INIT_SAMPLE_ROWS = 10_000  # rows drawn (in one pass) for the k-means++ starts
@@ -77,13 +82,13 @@ def fit_gaussian_mixture(model: GaussianMixture, data, *, tol, max_iter, client,
 
     Each iteration is one pass (:func:`dpgm.stats.mixture.estep_pass`) computing the
     statistics and log-likelihood of every active restart; the M step runs on the
-    driver (:func:`dpgm.fit.mixture.m_step`). Starts: k-means++ on a row sample drawn
+    driver (:func:`dpgm.algorithms.mixture.m_step`). Starts: k-means++ on a row sample drawn
     in one pass (``init=None`` or ``"k-means++"``), random sample rows as centres
     (``"random"``), the model's parameters (``"model"``) or a dict of ``weights``,
     ``means`` and ``covariances`` or ``precisions``.
     """
+    from dpgm.algorithms.em import em
     from dpgm.cluster import compute, current_client, iteration_span
-    from dpgm.fit.em import em
     from dpgm.stats.mixture import estep_pass
 
     weight = _check_data(model, data)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.gis import gis
+from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_variables, data_states
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
 from dpgm.api.log_linear import engine_for, zero_offsets
 from dpgm.errors import DataError
-from dpgm.fit.gis import gis
-from dpgm.fit.result import FitResult
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
@@ -26,9 +26,9 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     and ``structural_zeros=``, over any variables, latent ones included) are a
     fixed factor of every E step's tree and of the M step.
     """
+    from dpgm.algorithms.em import em
+    from dpgm.algorithms.tree_ipf import tree_ipf
     from dpgm.cluster import current_client, iteration_span
-    from dpgm.fit.em import em
-    from dpgm.fit.tree_ipf import tree_ipf
     from dpgm.inference.batched import BatchedTree
     from dpgm.inference.triangulation import build_tree
     from dpgm.stats.expected import expected_counts

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
+from dpgm.algorithms.features import FeatureSet
 from dpgm.data.schema import labelled_table
-from dpgm.fit.features import FeatureSet
 from dpgm.models.zeros import check_structural_zeros
 
 __all__ = ["LogLinearModel", "hierarchical_free_parameters"]

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpgm.fit.features import FeatureSet
-from dpgm.fit.result import log_iteration
+from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.result import log_iteration
 
 __all__ = ["gis"]
 

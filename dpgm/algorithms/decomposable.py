@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import networkx as nx
 import numpy as np
 
-from dpgm.fit.tables import Scope, reduce_to
+from dpgm.algorithms.tables import Scope, reduce_to
 
 __all__ = ["check_decomposable", "decomposable_mle"]
 

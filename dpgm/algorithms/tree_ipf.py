@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpgm.fit.ipf import IPFState, _log_ratio
-from dpgm.fit.result import log_iteration
-from dpgm.fit.tables import Scope, expand, loglik_from_potentials, reduce_to
+from dpgm.algorithms.ipf import IPFState, _log_ratio
+from dpgm.algorithms.result import log_iteration
+from dpgm.algorithms.tables import Scope, expand, loglik_from_potentials, reduce_to
 from dpgm.inference.batched import BatchedTree
 from dpgm.inference.triangulation import build_tree
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dpgm.fit.tables import JointEngine, Scope, expand
+from dpgm.algorithms.tables import JointEngine, Scope, expand
 
 __all__ = ["FeatureSet"]
 

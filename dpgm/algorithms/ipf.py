@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpgm.fit.result import log_iteration
-from dpgm.fit.tables import Scope, loglik_from_potentials
+from dpgm.algorithms.result import log_iteration
+from dpgm.algorithms.tables import Scope, loglik_from_potentials
 
 __all__ = ["IPFState", "ipf"]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpgm.fit.checkpoint import read_checkpoint, write_checkpoint
+from dpgm.algorithms.checkpoint import read_checkpoint, write_checkpoint
 
 __all__ = ["EMState", "em"]
 

@@ -11,7 +11,7 @@ import numpy as np
 import xarray as xr
 from scipy.special import gammaln
 
-from dpgm.fit.result import FitResult
+from dpgm.algorithms.result import FitResult
 from dpgm.models.bayesian_network import BayesianNetwork
 
 __all__ = [

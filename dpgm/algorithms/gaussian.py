@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from dpgm.fit.result import log_iteration
+from dpgm.algorithms.result import log_iteration
 from dpgm.inference.triangulation import clique_tree
 
 __all__ = ["decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]

@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.optimize
 
-from dpgm.fit.features import FeatureSet
-from dpgm.fit.tables import JointEngine
+from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.tables import JointEngine
 
 __all__ = ["lbfgs", "newton", "proximal_gradient"]
 
