@@ -9,7 +9,11 @@ import numpy as np
 
 from dpgm.algorithms.tables import JointEngine, Scope, expand
 
-__all__ = ["FeatureSet"]
+__all__ = ["DENSE_DESIGN_ENTRIES", "FeatureSet"]
+
+# below this many (features x joint cells), model expectations come from the design matrix:
+# two matrix products instead of one small NumPy call per scope (the fixed cost of small fits)
+DENSE_DESIGN_ENTRIES = 1 << 16
 
 
 class FeatureSet:
@@ -31,6 +35,7 @@ class FeatureSet:
         offsets = np.cumsum([0] + [m.shape[0] for m in self.matrices.values()])
         self.slices = {s: slice(int(a), int(b)) for s, a, b in zip(self.scopes, offsets[:-1], offsets[1:], strict=True)}
         self.n_features = int(offsets[-1])
+        self._designs: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def indicators(cls, shapes: Mapping[Scope, Sequence[int]]) -> FeatureSet:
@@ -63,17 +68,56 @@ class FeatureSet:
         return float(sum(m.max(axis=1).sum() for m in self.matrices.values()))
 
     def design(self, variables: Sequence[str], shape: Sequence[int]) -> np.ndarray:
-        """Every feature's value at every cell of the joint: ``(features, cells)``."""
+        """Every feature's value at every cell of the joint: ``(features, cells)`` (built once, read-only)."""
+        key = (tuple(variables), tuple(shape))
+        if key not in self._designs:
+            self._designs[key] = self._build_design(variables, shape)
+        return self._designs[key]
+
+    def _build_design(self, variables: Sequence[str], shape: Sequence[int]) -> np.ndarray:
         columns = []
         for scope in self.scopes:
             for row in self.matrices[scope]:
                 columns.append(np.broadcast_to(expand(row.reshape(self.shapes[scope]), scope, variables),
                                                tuple(shape)).ravel())
-        return np.stack(columns)
+        design = np.stack(columns)
+        design.setflags(write=False)
+        return design
+
+    def model_expectations(self, engine, theta: np.ndarray) -> tuple[np.ndarray, float]:
+        """``(E_model[f_i] for every feature, log Z)`` at weights ``theta``.
+
+        On a small enumerable joint (``DENSE_DESIGN_ENTRIES``) from the design matrix,
+        else from the engine's marginals of each scope.
+        """
+        if not (isinstance(engine, JointEngine)
+                and self.n_features * math.prod(engine.shape) <= DENSE_DESIGN_ENTRIES):
+            marginals, log_z = engine(self.log_potentials(theta), self.scopes)
+            return self.expectations(marginals), log_z
+        joint, log_z = self._dense_joint(engine, theta)
+        return self.design(engine.variables, engine.shape) @ joint, log_z
+
+    def _dense_joint(self, engine: JointEngine, theta: np.ndarray) -> tuple[np.ndarray, float]:
+        """The normalized joint (flat) and log Z from the design matrix."""
+        design = self.design(engine.variables, engine.shape)
+        finite = np.isfinite(theta)
+        if finite.all():
+            log_joint = theta @ design
+        else:  # a -inf weight acts only where its feature is positive
+            log_joint = theta[finite] @ design[finite]
+            log_joint[(design[~finite] > 0).any(axis=0)] = -np.inf
+        if engine.fixed:
+            log_joint = log_joint + engine.fixed_log_joint().ravel()
+        top = float(np.max(log_joint))
+        if not np.isfinite(top):
+            raise ValueError("every cell of the model has probability zero")
+        joint = np.exp(log_joint - top)
+        z = float(joint.sum())
+        return joint / z, top + math.log(z)
 
     def joint_covariance(self, engine: JointEngine, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Model mean and covariance of the features, by enumerating the joint (Newton's Hessian)."""
-        joint = engine.joint(self.log_potentials(theta)).ravel()
+        joint, _ = self._dense_joint(engine, theta)
         values = self.design(engine.variables, engine.shape)
         mean = values @ joint
         centered = values - mean[:, None]

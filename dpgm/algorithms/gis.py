@@ -81,8 +81,7 @@ def gis(
     zero = empirical <= 0
     for step in range(1, max_iter + 1):
         effective = np.where(zero, -np.inf, theta - theta_slack)
-        marginals, log_z = engine(features.log_potentials(effective), features.scopes)
-        expected = features.expectations(marginals)
+        expected, log_z = features.model_expectations(engine, effective)
         error = float(np.abs(expected - empirical).max())
         loglik = n * (float(np.dot(np.where(zero, 0.0, effective), empirical)) - log_z)
         log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,

@@ -57,8 +57,8 @@ class _Objective:
         return out
 
     def smooth(self, theta: np.ndarray) -> tuple[float, np.ndarray, float]:
-        marginals, log_z = self.engine(self.features.log_potentials(self.full(theta)), self.features.scopes)
-        expected = self.features.expectations(marginals)[self.active]
+        expected, log_z = self.features.model_expectations(self.engine, self.full(theta))
+        expected = expected[self.active]
         mean_loglik = float(theta @ self.empirical) - log_z
         value = -mean_loglik + 0.5 * self.l2 * float(theta @ theta)
         gradient = expected - self.empirical + self.l2 * theta

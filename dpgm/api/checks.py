@@ -10,7 +10,7 @@ import xarray as xr
 from dpgm.algorithms.goodness import MAX_SATURATED_CELLS
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
-from dpgm.stats.counts import Counts, counts
+from dpgm.stats.counts import Counts, count_arrays
 
 
 def data_states(data: xr.Dataset | xr.DataArray) -> dict[str, tuple[str, ...]]:
@@ -34,8 +34,8 @@ def check_variables(variables: Sequence[str], model_states: dict, data_states: d
             )
 
 
-def complete_counts(data, scopes, client, progress) -> Counts:
-    tables = counts(data, scopes, client=client, progress=progress)
+def complete_counts(data, scopes, client, progress, labelled: bool = True) -> Counts:
+    tables = count_arrays(data, scopes, client=client, progress=progress, labelled=labelled)
     incomplete = {s: m for s, m in tables.n_missing.items() if m}
     if incomplete:
         scope, missing = next(iter(incomplete.items()))

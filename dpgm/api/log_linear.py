@@ -48,7 +48,7 @@ def check_zero_cells_empty(zeros: xr.DataArray | None, tables) -> None:
     if zeros is None:
         return
     scope = tuple(map(str, zeros.dims))
-    observed = np.asarray(tables[scope].values, dtype=float)
+    observed = np.asarray(tables[scope], dtype=float)
     inside = observed[zeros.values]
     if inside.sum() > 0:
         cell = np.argwhere(zeros.values & (observed > 0))[0]
@@ -62,7 +62,7 @@ def check_zero_cells_empty(zeros: xr.DataArray | None, tables) -> None:
 def counts_with_zeros(data, scopes: list, zeros: xr.DataArray | None, client, progress):
     """Complete-data counts of ``scopes`` and, in the same pass, of the zeros' scope (checked empty)."""
     extra = [tuple(map(str, zeros.dims))] if zeros is not None else []
-    tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress)
+    tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress, labelled=False)
     check_zero_cells_empty(zeros, tables)
     return tables
 
@@ -78,15 +78,27 @@ def fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, client
     check_variables(model.variables, model.states, states)
     zeros = structural_zeros_for(model, structural_zeros, states)
     features, order = model.feature_set()
-    saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
+    theta, result = fit_features(features, model.theta(order), data, method, model.variables, states, zeros,
+                                 model.n_free_parameters(), tol=tol, max_iter=max_iter, client=client,
+                                 progress=progress, callback=callback, l1=l1, l2=l2, goodness_of_fit=goodness_of_fit)
+    result.model = model.with_structural_zeros(zeros).with_weights(order, theta)
+    return result
+
+
+def fit_features(features: FeatureSet, start: np.ndarray, data, method: str, variables: Sequence[str], states: dict,
+                 zeros: xr.DataArray | None, n_params: int, *, tol, max_iter, client, progress, callback,
+                 l1: float = 0.0, l2: float = 0.0, goodness_of_fit=True) -> tuple[np.ndarray, FitResult]:
+    """Fit the weights of ``features`` (a log-linear model over ``variables``) by ``method``, from ``start``:
+    one counting pass, the algorithm on plain arrays, loglik and goodness of fit. Returns the weights and a
+    result whose ``model`` the caller sets (labels are attached once, at the edge)."""
+    saturated = saturated_scope(variables, states) if goodness_of_fit else None
     tables = counts_with_zeros(data, list(features.scopes) + ([saturated] if saturated else []), zeros, client,
                                progress)
     n = float(tables.n_rows)
-    counts = {s: np.asarray(tables[s].values, dtype=float) for s in features.scopes}
+    counts = {s: np.asarray(tables[s], dtype=float) for s in features.scopes}
     empirical = features.expectations(counts) / n
     offsets = zero_offsets(zeros)
-    engine = engine_for(model.variables, states, offsets)
-    start = model.theta(order)
+    engine = engine_for(variables, states, offsets)
     options = {"theta": start, "n": n, "max_iter": max_iter, "tol": tol, "callback": callback}
     if method == "gis":
         if l1 or l2:
@@ -98,16 +110,24 @@ def fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, client
         theta, history, converged, n_iter = proximal_gradient(features, empirical, engine, l1=l1, l2=l2, **options)
     else:
         theta, history, converged, n_iter = lbfgs(features, empirical, engine, l2=l2, **options)
-    fitted = model.with_structural_zeros(zeros).with_weights(order, theta)
-    return _log_linear_result(fitted, features, theta, empirical, engine, tables, saturated, method, history,
-                              converged, n_iter, n)
+    log_potentials = features.log_potentials(theta)
+    _, log_z = engine(log_potentials, [])
+    finite = np.isfinite(theta)
+    loglik = n * (float(theta[finite] @ empirical[finite]) - log_z)
+    result = FitResult(model=None, method=method, loglik=loglik, converged=converged, n_iter=n_iter,
+                       n_rows=n, n_params=n_params, history=history)
+    if saturated and isinstance(engine, JointEngine):
+        add_goodness_of_fit(result, features, engine, log_potentials, tables[saturated], saturated)
+    if not converged:
+        warn_not_converged(method, n_iter)
+    return theta, result
 
 
 def add_goodness_of_fit(result: FitResult, features: FeatureSet, joint_engine: JointEngine,
-                        log_potentials: dict, observed: xr.DataArray, saturated: Scope) -> None:
+                        log_potentials: dict, observed, saturated: Scope) -> None:
     """G^2, X^2 and df against the saturated table (the engine's structural zeros left out)."""
     probabilities = joint_engine.joint(log_potentials)
-    observed = np.transpose(observed.values, [saturated.index(v) for v in joint_engine.variables])
+    observed = np.transpose(np.asarray(observed), [saturated.index(v) for v in joint_engine.variables])
     zeros = joint_engine.zeros()
     result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
     result.df = int(observed.size - 1 - result.n_params)
@@ -127,21 +147,6 @@ def _adjust_for_structural_zeros(result: FitResult, features: FeatureSet, joint_
     result.n_params = rank - 1
     result.df = int(kept.sum()) - rank
     result.info["structural_zero_cells"] = int(zeros.sum())
-
-
-def _log_linear_result(fitted, features: FeatureSet, theta, empirical, engine, tables, saturated,
-                       method, history, converged, n_iter, n) -> FitResult:
-    log_potentials = features.log_potentials(theta)
-    _, log_z = engine(log_potentials, [])
-    finite = np.isfinite(theta)
-    loglik = n * (float(theta[finite] @ empirical[finite]) - log_z)
-    result = FitResult(model=fitted, method=method, loglik=loglik, converged=converged, n_iter=n_iter,
-                       n_rows=n, n_params=fitted.n_free_parameters(), history=history)
-    if saturated and isinstance(engine, JointEngine):
-        add_goodness_of_fit(result, features, engine, log_potentials, tables[saturated], saturated)
-    if not converged:
-        warn_not_converged(method, n_iter)
-    return result
 
 
 def warn_not_converged(method: str, n_iter: int) -> None:

@@ -12,13 +12,13 @@ from dpgm.api.log_linear import (
     add_goodness_of_fit,
     counts_with_zeros,
     engine_for,
-    fit_log_linear,
+    fit_features,
     structural_zeros_for,
     warn_not_converged,
     zero_offsets,
 )
 from dpgm.inference.triangulation import build_tree
-from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
+from dpgm.models.log_linear import hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
 
 _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
@@ -43,13 +43,13 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     if method == "closed_form" and zeros is not None:
         raise ValueError("closed_form does not take structural zeros; use method='ipf'")
     if method in ("gis", "lbfgs", "newton"):
-        hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
-        result = fit_log_linear(hierarchical, data, method, tol=tol, max_iter=max_iter, client=client,
-                                 progress=progress, callback=callback, l1=l1, l2=l2,
-                                 structural_zeros=zeros, goodness_of_fit=goodness_of_fit)
-        log_potentials = {k: v.values for k, v in result.model.log_potentials().items()}
-        result.model = model.with_structural_zeros(zeros).with_log_potentials(
-            {s: _align(log_potentials, s) for s in scopes})
+        # one indicator feature per cell of each scope, as LogLinearModel.from_margins, without its labels
+        features = FeatureSet.indicators({s: model.potentials[s].shape for s in scopes})
+        theta, result = fit_features(features, np.zeros(features.n_features), data, method, model.variables, states,
+                                     zeros, hierarchical_free_parameters(scopes, model.states), tol=tol,
+                                     max_iter=max_iter, client=client, progress=progress, callback=callback,
+                                     l1=l1, l2=l2, goodness_of_fit=goodness_of_fit)
+        result.model = model.with_structural_zeros(zeros).with_log_potentials(features.log_potentials(theta))
         return result
     offsets = zero_offsets(zeros)
     cards = {v: model.cardinality(v) for v in model.variables}
@@ -59,7 +59,7 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     tables = counts_with_zeros(data, list(scopes) + ([saturated] if saturated else []), zeros, client, progress)
     n = float(tables.n_rows)
-    counts = {s: np.asarray(tables[s].values, dtype=float) for s in scopes}
+    counts = {s: np.asarray(tables[s], dtype=float) for s in scopes}
     with np.errstate(divide="ignore"):
         init = {s: np.log(model.potentials[s].values) for s in scopes}
     if method == "closed_form":
@@ -86,9 +86,3 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     if not converged:
         warn_not_converged(method, n_iter)
     return result
-
-
-def _align(log_potentials: dict, scope: tuple[str, ...]) -> np.ndarray:
-    """The log table of ``scope`` from tables keyed by the same variables in canonical order."""
-    key = next(k for k in log_potentials if set(k) == set(scope))
-    return np.transpose(log_potentials[key], [key.index(v) for v in scope])

@@ -72,6 +72,17 @@ class LogLinearModel:
         self.variables: tuple[str, ...] = tuple(states)
         self.margins: list[tuple[str, ...]] | None = None
         self.structural_zeros = check_structural_zeros(structural_zeros, self.variables, states)
+        self._stacked: tuple | None = None
+
+    def _copy(self, weights: Mapping[str, float], structural_zeros: xr.DataArray | None) -> LogLinearModel:
+        """A copy sharing this model's (already checked) features, labels and stacked features."""
+        model = object.__new__(LogLinearModel)
+        model.features, model.states, model.variables = self.features, self.states, self.variables
+        model.weights = dict(weights)
+        model.margins = self.margins
+        model.structural_zeros = structural_zeros
+        model._stacked = self._stacked
+        return model
 
     @classmethod
     def from_margins(
@@ -111,7 +122,15 @@ class LogLinearModel:
         return tuple(sorted(map(str, table.dims), key=self.variables.index))
 
     def feature_set(self) -> tuple[FeatureSet, list[str]]:
-        """Features stacked per scope, and the feature names in that order."""
+        """Features stacked per scope, and the feature names in that order.
+
+        Built once per set of feature tables: copies made by :meth:`with_weights` and
+        :meth:`with_structural_zeros` share the features and this stacking.
+        """
+        key = tuple((name, id(table)) for name, table in self.features.items())
+        cached = self._stacked
+        if cached is not None and cached[0] == key:
+            return cached[1], list(cached[2])
         grouped: dict[tuple[str, ...], list[str]] = {}
         for name, table in self.features.items():
             grouped.setdefault(self._canonical(table), []).append(name)
@@ -119,7 +138,9 @@ class LogLinearModel:
         for scope, names in grouped.items():
             tables[scope] = np.stack([self.features[n].transpose(*scope).values for n in names])
             order += names
-        return FeatureSet(tables), order
+        features = FeatureSet(tables)
+        self._stacked = (key, features, tuple(order))
+        return features, order
 
     def theta(self, order: Sequence[str]) -> np.ndarray:
         """Weights as a vector in ``order``."""
@@ -127,16 +148,15 @@ class LogLinearModel:
 
     def with_weights(self, order: Sequence[str], theta: np.ndarray) -> LogLinearModel:
         """A copy with new weights."""
-        model = LogLinearModel(self.features, dict(zip(order, map(float, theta), strict=True)),
-                               self.structural_zeros)
-        model.margins = self.margins
-        return model
+        weights = dict(zip(order, map(float, theta), strict=True))
+        unknown = sorted(set(weights) - set(self.features))
+        if unknown:
+            raise ValueError(f"weights for unknown features {unknown}; features: {sorted(self.features)}")
+        return self._copy({n: weights.get(n, 0.0) for n in self.features}, self.structural_zeros)
 
     def with_structural_zeros(self, structural_zeros: xr.DataArray | None) -> LogLinearModel:
         """A copy with the given structural-zero pattern (``None`` removes it)."""
-        model = LogLinearModel(self.features, self.weights, structural_zeros)
-        model.margins = self.margins
-        return model
+        return self._copy(self.weights, check_structural_zeros(structural_zeros, self.variables, self.states))
 
     def log_potentials(self) -> dict[tuple[str, ...], xr.DataArray]:
         """``sum_i theta_i f_i`` per scope, labelled."""
