@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -84,41 +84,61 @@ class FeatureSet:
         design.setflags(write=False)
         return design
 
-    def model_expectations(self, engine, theta: np.ndarray) -> tuple[np.ndarray, float]:
-        """``(E_model[f_i] for every feature, log Z)`` at weights ``theta``.
+    def expectations_at(self, engine, active: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
+        """``evaluate(theta_active) -> (E_model[f_i] of the active features, log Z)``, the other
+        features' weights at ``-inf`` (their cells get probability zero).
 
-        On a small enumerable joint (``DENSE_DESIGN_ENTRIES``) from the design matrix,
-        else from the engine's marginals of each scope.
+        On a small enumerable joint (``DENSE_DESIGN_ENTRIES``) two products with the design
+        matrix, else the engine's marginals of every scope.
         """
-        if not (isinstance(engine, JointEngine)
-                and self.n_features * math.prod(engine.shape) <= DENSE_DESIGN_ENTRIES):
-            marginals, log_z = engine(self.log_potentials(theta), self.scopes)
-            return self.expectations(marginals), log_z
-        joint, log_z = self._dense_joint(engine, theta)
-        return self.design(engine.variables, engine.shape) @ joint, log_z
+        active = np.asarray(active, dtype=bool)
+        if (isinstance(engine, JointEngine) and self.n_features * math.prod(engine.shape) <= DENSE_DESIGN_ENTRIES):
+            return _DenseExpectations(self, engine, active)
 
-    def _dense_joint(self, engine: JointEngine, theta: np.ndarray) -> tuple[np.ndarray, float]:
-        """The normalized joint (flat) and log Z from the design matrix."""
-        design = self.design(engine.variables, engine.shape)
-        finite = np.isfinite(theta)
-        if finite.all():
-            log_joint = theta @ design
-        else:  # a -inf weight acts only where its feature is positive
-            log_joint = theta[finite] @ design[finite]
-            log_joint[(design[~finite] > 0).any(axis=0)] = -np.inf
-        if engine.fixed:
-            log_joint = log_joint + engine.fixed_log_joint().ravel()
-        top = float(np.max(log_joint))
-        if not np.isfinite(top):
-            raise ValueError("every cell of the model has probability zero")
-        joint = np.exp(log_joint - top)
-        z = float(joint.sum())
-        return joint / z, top + math.log(z)
+        def evaluate(theta: np.ndarray) -> tuple[np.ndarray, float]:
+            full = np.full(self.n_features, -np.inf)
+            full[active] = theta
+            marginals, log_z = engine(self.log_potentials(full), self.scopes)
+            return self.expectations(marginals)[active], log_z
+
+        return evaluate
 
     def joint_covariance(self, engine: JointEngine, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Model mean and covariance of the features, by enumerating the joint (Newton's Hessian)."""
-        joint, _ = self._dense_joint(engine, theta)
+        joint = engine.joint(self.log_potentials(theta)).ravel()
         values = self.design(engine.variables, engine.shape)
         mean = values @ joint
         centered = values - mean[:, None]
         return mean, (centered * joint) @ centered.T
+
+
+class _DenseExpectations:
+    """Model expectations of the active features on an enumerable joint, from the design matrix."""
+
+    def __init__(self, features: FeatureSet, engine: JointEngine, active: np.ndarray):
+        design = features.design(engine.variables, engine.shape)
+        self.design = np.ascontiguousarray(design[active])
+        base = (np.array(engine.fixed_log_joint(), dtype=float).ravel() if engine.fixed
+                else np.zeros(design.shape[1]))
+        base[(design[~active] > 0).any(axis=0)] = -np.inf  # cells of the features held at -inf
+        self.base = base
+
+    def _unnormalized(self, theta: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """``exp(log joint - top)`` (flat), its sum ``z`` and ``top``."""
+        log_joint = theta @ self.design + self.base
+        top = float(log_joint.max())
+        if not np.isfinite(top):
+            raise ValueError("every cell of the model has probability zero")
+        joint = np.exp(log_joint - top)
+        return joint, float(joint.sum()), top
+
+    def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
+        joint, z, top = self._unnormalized(theta)
+        return (self.design @ joint) / z, top + math.log(z)
+
+    def covariance(self, theta: np.ndarray) -> np.ndarray:
+        """Covariance of the active features (the Hessian of log Z)."""
+        joint, z, _ = self._unnormalized(theta)
+        joint /= z
+        centered = self.design - (self.design @ joint)[:, None]
+        return (centered * joint) @ centered.T
