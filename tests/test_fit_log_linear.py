@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 import dpgm
 from dpgm.algorithms.ipf import ipf
-from dpgm.algorithms.tables import JointEngine, reduce_to
+from dpgm.algorithms.tables import JointEngine
 from dpgm.models.log_linear import LogLinearModel
+from dpgm.potentials import reduce_to
 
 
 def _table(frame: pd.DataFrame, variables: list[str], count: str = "Freq") -> xr.DataArray:

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 import dpgm
 from dpgm.algorithms.ipf import ipf
-from dpgm.algorithms.tables import JointEngine, reduce_to
+from dpgm.algorithms.tables import JointEngine
 from dpgm.algorithms.tree_ipf import grid_scopes, tree_ipf
+from dpgm.potentials import reduce_to
 
 MARGINS = [("Class", "Sex", "Age"), ("Class", "Survived"), ("Sex", "Survived"), ("Age", "Survived")]
 
