@@ -65,8 +65,8 @@ def test_each_family_equals_statsmodels_glm(family, weighted):
     assert result.loglik == pytest.approx(oracle.llf, rel=1e-9)
     assert result.n_rows == pytest.approx(oracle.model.wnobs if weighted else len(frame))
     assert result.converged
-    if family == "gaussian":  # one pass; the MLE variance (divisor n) as the model's scale
-        assert result.passes == 1
+    if family == "gaussian":  # normal equations and one refinement; the MLE variance (divisor n) as scale
+        assert result.passes == 2
         assert model.scale == pytest.approx(oracle.deviance / oracle.model.wnobs, rel=1e-9)
     else:  # statsmodels' AIC counts the coefficients; dpgm's adds the gaussian variance
         assert result.aic == pytest.approx(oracle.aic, rel=1e-9)
@@ -209,3 +209,24 @@ def test_one_compute_per_irls_pass(tmp_path, monkeypatch):
         result = dpgm.fit(dpgm.GLMConditional("poisson", ["x", "g", "z"], family="poisson"),
                           dpgm.open_dataset(tmp_path / "glm.zarr"), tol=1e-10)
     assert len(calls) == result.passes == result.n_iter + 1
+
+
+def test_gaussian_response_with_a_large_offset_keeps_its_digits():
+    """Mean 1e8, residual sd 1: the RSS from sums of squares would lose ~16 digits; from residuals it keeps them.
+
+    Oracle: statsmodels on the response with the offset removed (exact in float64), whose
+    slopes, deviance and standard errors the offset does not change; the intercept moves by 1e8.
+    """
+    frame, design = _frame(n=5000, seed=12)
+    offset = 1e8
+    shifted = frame.drop(columns="weight").assign(gaussian=frame["gaussian"] + offset)
+    result = dpgm.fit(dpgm.GLMConditional("gaussian", ["x", "g", "z"]), dpgm.from_pandas(shifted), tol=1e-12)
+    oracle = sm.GLM(frame["gaussian"].values, design, family=sm.families.Gaussian()).fit()
+    expected = np.asarray(oracle.params).copy()
+    expected[0] += offset
+    beta = result.model.coefficients.values
+    assert beta[0] == pytest.approx(expected[0], rel=1e-14)
+    np.testing.assert_allclose(beta[1:], expected[1:], rtol=1e-8)
+    assert result.g2 == pytest.approx(oracle.deviance, rel=1e-8)
+    assert result.loglik == pytest.approx(oracle.llf, rel=1e-10)
+    np.testing.assert_allclose(result.model.standard_errors.values, oracle.bse, rtol=1e-8)
