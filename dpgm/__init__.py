@@ -23,6 +23,7 @@ from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.glm import GLMConditional
 from dpgm.models.hmm import HiddenMarkovModel, hmm
+from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -39,6 +40,7 @@ __all__ = [
     "DpgmWarning",
     "FitResult",
     "GLMConditional",
+    "HybridNetwork",
     "GaussianGraphicalModel",
     "GaussianMixture",
     "HiddenMarkovModel",

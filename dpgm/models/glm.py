@@ -61,6 +61,9 @@ class GLMConditional:
         (the child's non-reference states) for the categorical family.
     scale
         The gaussian residual variance (maximum likelihood, divisor n); 1 otherwise.
+    scale_by_state
+        In a :class:`~dpgm.HybridNetwork` fitted by EM, a gaussian child of a latent
+        variable has one variance per latent state (a ``DataArray`` over it).
     deviance
         The fitted model's deviance.
 
@@ -73,7 +76,7 @@ class GLMConditional:
 
     def __init__(self, child: str, parents: Sequence[str] = (), family: str = "gaussian", l2: float = 0.0,
                  *, coefficients: xr.DataArray | None = None, standard_errors: xr.DataArray | None = None,
-                 scale: float = 1.0, deviance: float | None = None):
+                 scale: float = 1.0, deviance: float | None = None, scale_by_state: xr.DataArray | None = None):
         if not isinstance(child, str):
             raise TypeError(f"child must be a variable name (str), got {child!r}")
         if isinstance(parents, str):
@@ -96,6 +99,7 @@ class GLMConditional:
         self.standard_errors = standard_errors
         self.scale = float(scale)
         self.deviance = deviance
+        self.scale_by_state = scale_by_state
 
     @property
     def link(self) -> str:
@@ -126,10 +130,12 @@ class GLMConditional:
         return int(self.coefficients.size) + (self.family == "gaussian")
 
     def with_parameters(self, coefficients: xr.DataArray, standard_errors: xr.DataArray, *, scale: float = 1.0,
-                        deviance: float | None = None) -> GLMConditional:
+                        deviance: float | None = None,
+                        scale_by_state: xr.DataArray | None = None) -> GLMConditional:
         """A copy with the given coefficients (a model is a value: fitting returns a new one)."""
         return GLMConditional(self.child, self.parents, self.family, self.l2, coefficients=coefficients,
-                              standard_errors=standard_errors, scale=scale, deviance=deviance)
+                              standard_errors=standard_errors, scale=scale, deviance=deviance,
+                              scale_by_state=scale_by_state)
 
     def summary(self) -> str:
         """A coefficient table like statsmodels': term, coef, std err, z, P>|z|."""
