@@ -5,6 +5,7 @@ The public API lives here; see the README for a tour.
 
 from dpgm.algorithms.result import FitResult
 from dpgm.api import fit, predict_proba
+from dpgm.api.glm_predict import predict
 from dpgm.cluster import compute, connect
 from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
 from dpgm.data.convert import convert
@@ -69,6 +70,7 @@ __all__ = [
     "marginals",
     "moments",
     "open_dataset",
+    "predict",
     "predict_proba",
     "read_bif",
     "read_uai",

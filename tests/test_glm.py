@@ -230,3 +230,42 @@ def test_gaussian_response_with_a_large_offset_keeps_its_digits():
     assert result.g2 == pytest.approx(oracle.deviance, rel=1e-8)
     assert result.loglik == pytest.approx(oracle.llf, rel=1e-10)
     np.testing.assert_allclose(result.model.standard_errors.values, oracle.bse, rtol=1e-8)
+
+
+def test_predictions_equal_statsmodels_and_are_written_back_into_the_store(tmp_path, client):
+    """predict (means) and predict_proba (state probabilities) against statsmodels' predict on new rows.
+
+    The fit and the oracle are the same model (coefficients rel 1e-8), so the predictions
+    agree to rel 1e-8; the written variables read back equal to what was returned.
+    """
+    frame, design = _frame(n=5000, seed=13)
+    dpgm.write_dataset(dpgm.from_pandas(frame.drop(columns="weight")), tmp_path / "glm.zarr", chunk_rows=1300)
+    stored = dpgm.open_dataset(tmp_path / "glm.zarr")
+    models = {}
+    for family in ("gaussian", "poisson", "bernoulli"):
+        fitted = models[family] = dpgm.fit(dpgm.GLMConditional(family, ["x", "g", "z"], family=family), stored, client=client,
+                          tol=1e-12).model
+        oracle = sm.GLM(frame[family].values, design, family=FAMILIES[family]).fit(tol=1e-13)
+        expected = oracle.predict(design)
+        if family == "bernoulli":
+            probabilities = dpgm.predict_proba(fitted, stored, family, write=True, client=client)
+            np.testing.assert_allclose(probabilities.values, np.column_stack([1 - expected, expected]), rtol=1e-8)
+            assert list(probabilities.coords[family].values) == ["0", "1"]
+            predicted = dpgm.predict(fitted, stored, write=True, client=client)
+            np.testing.assert_array_equal(predicted.values, (expected > 0.5).astype(int))
+        else:
+            predicted = dpgm.predict(fitted, stored, write=True, client=client)
+            np.testing.assert_allclose(predicted.values, expected, rtol=1e-8)
+        reread = dpgm.open_dataset(tmp_path / "glm.zarr")
+        np.testing.assert_array_equal(reread[f"{family}_predicted"].values, predicted.values)
+    assert dpgm.Schema.from_dataset(reread)["bernoulli_predicted"].states == ("0", "1")
+    codes = frame["categorical"].cat.codes.values
+    multinomial = dpgm.fit(dpgm.GLMConditional("categorical", ["x", "g", "z"], family="categorical"), stored,
+                           client=client, tol=1e-12).model
+    oracle = sm.MNLogit(codes, design).fit(method="newton", tol=1e-14, maxiter=100, disp=False)
+    probabilities = dpgm.predict_proba(multinomial, stored, "categorical")
+    np.testing.assert_allclose(probabilities.values, oracle.predict(design), rtol=1e-7)
+    assert list(probabilities.coords["categorical"].values) == ["lo", "mid", "hi"]
+    np.testing.assert_array_equal(dpgm.predict(multinomial, stored).values, oracle.predict(design).argmax(axis=1))
+    with pytest.raises(TypeError, match="dpgm.predict gives its mean"):
+        dpgm.predict_proba(models["poisson"], stored, "poisson")

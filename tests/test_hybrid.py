@@ -94,8 +94,11 @@ def test_hybrid_network_in_memory_round_trips_and_refuses_bad_nodes(tmp_path):
     frame = _frame(n=3000, seed=1)
     data = dpgm.from_pandas(frame)
     result = dpgm.fit(dpgm.HybridNetwork(EDGES, FAMILIES), data, tol=1e-12)
-    loglik, _ = _oracle(frame)
+    loglik, fits = _oracle(frame)
     assert result.loglik == pytest.approx(loglik, rel=1e-8)
+    design = _design(frame, ["income", "smoker"])  # a GLM node's prediction from its parents
+    np.testing.assert_allclose(dpgm.predict_proba(result.model, data, "default").values[:, 1],
+                               fits["default"].predict(design), rtol=1e-8)
     result.model.save(str(tmp_path / "net.zarr"))
     back = dpgm.load(str(tmp_path / "net.zarr"))
     for v in FAMILIES:

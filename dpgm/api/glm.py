@@ -75,6 +75,7 @@ class GLMPlan:
     labels: list[str]
     states: list[str]
     penalty: np.ndarray
+    child_states: tuple[str, ...] | None = None
 
 
 def plan_glm(model: GLMConditional, schema: Schema) -> GLMPlan:
@@ -86,7 +87,8 @@ def plan_glm(model: GLMConditional, schema: Schema) -> GLMPlan:
         states = list(schema[model.child].states or ())[1:]
         labels = [f"{model.child}={s}: {t}" for s in states for t in design.terms]
     penalty = np.tile(np.r_[0.0, np.full(design.n_terms - 1, model.l2)], max(design.n_classes - 1, 1))
-    return GLMPlan(model, design, labels, states, penalty)
+    child = schema[model.child]
+    return GLMPlan(model, design, labels, states, penalty, tuple(child.states or ()) if child.categorical else None)
 
 
 def check_first_pass(plan: GLMPlan, statistics: dict, missing: str) -> None:
@@ -156,7 +158,8 @@ def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float, stacklevel: int = 
         coords = {"term": list(design.terms)}
         coefficients = xr.DataArray(beta, dims="term", coords=coords)
         standard_errors = xr.DataArray(errors, dims="term", coords=coords)
-    fitted = model.with_parameters(coefficients, standard_errors, scale=scale, deviance=deviance)
+    fitted = model.with_parameters(coefficients, standard_errors, scale=scale, deviance=deviance,
+                                   child_states=plan.child_states)
     result = FitResult(model=fitted, method="irls", loglik=loglik, converged=run.converged, n_iter=run.n_iter,
                        n_rows=n, n_params=fitted.n_free_parameters(), history=run.history, passes=run.passes)
     result.g2 = deviance

@@ -173,6 +173,8 @@ class HybridNetwork:
         return tables | {"__attrs__": {"edges": [list(e) for e in self.edges], "families": self.families,
                                        "nodes": list(self.variables), "states": self.states, "l2": self.l2,
                                        "scales": scales,
+                                       "child_states": {v: None if c.child_states is None else list(c.child_states)
+                                                        for v, c in self.conditionals.items()},
                                        "deviances": {v: c.deviance for v, c in self.conditionals.items()}}}
 
     @classmethod
@@ -195,7 +197,8 @@ class HybridNetwork:
                 scale = float("nan")
             conditionals[v] = model.glm(v).with_parameters(
                 coefficients.transpose(*order), errors.transpose(*order), scale=scale,
-                deviance=attrs["deviances"][v], scale_by_state=by_state)
+                deviance=attrs["deviances"][v], scale_by_state=by_state,
+                child_states=attrs.get("child_states", {}).get(v))
         return model.with_parameters(cpds, conditionals)
 
     def __repr__(self) -> str:
