@@ -191,10 +191,23 @@ def test_perfect_separation_warns_naming_the_parent_term():
     rng = np.random.default_rng(10)
     x = rng.normal(size=400)
     frame = pd.DataFrame({"x": x, "z": rng.normal(size=400), "y": (x > 0).astype(float)})
-    with pytest.warns(ConvergenceWarning, match=r"separation.*'x'"):
+    with pytest.warns(ConvergenceWarning, match=r"GLM node 'y'.*separation.*parent term 'x'"):
         result = dpgm.fit(dpgm.GLMConditional("y", ["x", "z"], family="bernoulli"), dpgm.from_pandas(frame))
     assert result.info["separated_rows"] > 0
     assert np.isfinite(result.model.coefficients.values).all()
+    # in a hybrid network the same node, in the passes shared with the other nodes, warns the same way
+    network = dpgm.HybridNetwork([("x", "y"), ("z", "y")], {"x": "gaussian", "z": "gaussian", "y": "bernoulli"})
+    with pytest.warns(ConvergenceWarning, match=r"GLM node 'y'.*separation.*parent term 'x'"):
+        fitted = dpgm.fit(network, dpgm.from_pandas(frame))
+    assert np.isfinite(fitted.model.conditionals["y"].coefficients.values).all()
+
+
+def test_stopping_at_max_iter_warns_naming_the_node():
+    frame, _ = _frame(n=2000, seed=14)
+    data = dpgm.from_pandas(frame.drop(columns="weight"))
+    with pytest.warns(ConvergenceWarning, match=r"IRLS for GLM node 'poisson' stopped after 2 iterations"):
+        result = dpgm.fit(dpgm.GLMConditional("poisson", ["x", "g", "z"], family="poisson"), data, max_iter=2)
+    assert not result.converged and result.n_iter == 2
 
 
 def test_one_compute_per_irls_pass(tmp_path, monkeypatch):
