@@ -67,9 +67,9 @@ def _rows(seed: int, n: int, observed, missing: float):
     return codes, rng.uniform(0.0, 3.0, n)
 
 
-@pytest.mark.parametrize("limit", [None, 0, 10**9, 40])
+@pytest.mark.parametrize(("limit", "overhead"), [(None, 0), (0, 0), (10**9, 0), (40, 0), (None, 300)])
 @pytest.mark.parametrize("zeros", [False, True])
-def test_expected_scope_counts_equal_brute_force(limit, zeros):
+def test_expected_scope_counts_equal_brute_force(limit, overhead, zeros):
     factors = _factors(1, zeros)
     observed = ["a", "b", "d", "e", "f"]  # c latent
     codes, weights = _rows(2, 300, observed, 0.3)
@@ -77,7 +77,7 @@ def test_expected_scope_counts_equal_brute_force(limit, zeros):
         keep = ~(((codes[:, 1] == 0) & (codes[:, 2] == 1)) | ((codes[:, 1] == 2) & (codes[:, 2] == 3))
                  | ((codes[:, 0] == 1) & (codes[:, 1] == 2)))
         codes, weights = codes[keep], weights[keep]
-    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=limit)
+    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=limit, mask_overhead=overhead)
     loglik, counts = plan.expected_counts(codes, observed, weights)
     expected_loglik, expected_counts = _brute_force(factors, codes, observed, weights)
     assert loglik == pytest.approx(expected_loglik, rel=1e-10)
@@ -89,7 +89,7 @@ def test_both_paths_used_in_one_call_and_no_evidence_gives_log_z():
     factors = _factors(3, False)
     observed = ["a", "b", "c", "d", "e", "f"]
     codes, weights = _rows(4, 200, observed, 0.5)
-    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=30)
+    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=30, mask_overhead=0)
     patterns = {tuple(r) for r in (codes < 0)}
     routes = {p: plan._plan(np.array(p)) is None for p in patterns}
     assert any(routes.values()) and not all(routes.values())  # some patterns enumerated, some on the tree
@@ -102,7 +102,7 @@ def test_both_paths_used_in_one_call_and_no_evidence_gives_log_z():
     log_z = math.log(math.fsum(math.prod(float(t[tuple(x[VARIABLES.index(v)] for v in s)]) for s, t in factors)
                                for x in itertools.product(*(range(CARDS[v]) for v in VARIABLES))))
     for limit in (10**9, 0):
-        plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=limit)
+        plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=limit, mask_overhead=0)
         assert plan.expected_counts(np.zeros((1, 0), dtype=np.int64), [])[0] == pytest.approx(log_z, rel=1e-12)
 
 
@@ -111,7 +111,7 @@ def test_impossible_row_gives_minus_infinite_loglik_and_no_counts(limit):
     factors = _factors(5, True)
     observed = ["a", "b", "d"]
     codes = np.array([[0, 0, 1], [0, 1, 0], [1, -1, 2]])  # b=0, d=1 is a structural zero
-    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=limit)
+    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=limit, mask_overhead=0)
     loglik, counts = plan.expected_counts(codes, observed, np.ones(3))
     assert loglik == -math.inf
     _, expected_counts = _brute_force(factors, codes, observed, np.ones(3))

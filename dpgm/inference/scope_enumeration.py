@@ -30,7 +30,11 @@ import numpy as np
 from dpgm.inference.propagation import distinct_rows, log_likelihood
 from dpgm.inference.triangulation import TreeStructure, build_tree
 
-__all__ = ["ScopeEnumeration"]
+__all__ = ["MASK_OVERHEAD", "ScopeEnumeration"]
+
+# set-up cost of enumerating one missingness pattern, per factor, in cells of a propagation
+# (measured: ~12 us per factor against ~0.04 us per tree cell per row; benchmarks/undirected_estep.py)
+MASK_OVERHEAD = 300
 
 Scope = tuple[str, ...]
 
@@ -54,10 +58,14 @@ class ScopeEnumeration:
         first use if not given).
     enumeration_limit
         Largest enumeration cost of a pattern (sum over its groups of ``|states| x (factors
-        meeting the group + 1)``) handled here; costlier patterns go to the junction tree.
-        Default: a quarter of the tree's cells plus 8 per clique, at least 16 (see
-        ``benchmarks/undirected_estep.py`` for the measured break-even); ``0`` sends every
-        row to the tree.
+        meeting the group + 1)``) handled here; costlier patterns go to the junction tree,
+        and so do patterns with too few distinct rows to repay their set-up
+        (:data:`MASK_OVERHEAD`). Default: a quarter of the tree's cells plus 8 per clique,
+        at least 16 (an enumerated cell costs about 3 propagated cells; see
+        ``benchmarks/undirected_estep.py``); ``0`` sends every row to the tree.
+    mask_overhead
+        Set-up cost of a pattern per factor, in propagated cells (``0``: every pattern within
+        ``enumeration_limit`` is enumerated, however few its rows).
 
     Examples
     --------
@@ -77,6 +85,7 @@ class ScopeEnumeration:
         scopes: Sequence[Sequence[str]],
         structure: TreeStructure | None = None,
         enumeration_limit: int | None = None,
+        mask_overhead: int = MASK_OVERHEAD,
     ):
         self.variables = tuple(map(str, variables))
         self.cardinalities = {v: int(cardinalities[v]) for v in self.variables}
@@ -105,10 +114,12 @@ class ScopeEnumeration:
         self.strides = [_strides([self.cardinalities[v] for v in s]) for s in self.factor_scopes]
         self._structure = structure
         self._tree = None
+        tree = self.structure
+        self.tree_cost = tree.total_table_size + 8 * len(tree.cliques)
         if enumeration_limit is None:
-            tree = self.structure
-            enumeration_limit = max(16, (tree.total_table_size + 8 * len(tree.cliques)) // 4)
+            enumeration_limit = max(16, self.tree_cost // 4)
         self.enumeration_limit = int(enumeration_limit)
+        self.mask_overhead = int(mask_overhead)
         self._plans: dict[bytes, tuple | None] = {}
 
     # -- the junction tree for costly patterns ------------------------------------------------
@@ -130,7 +141,7 @@ class ScopeEnumeration:
 
     def __reduce__(self):  # the plans and the compiled tree are rebuilt where the object lands
         return (type(self), (self.variables, self.cardinalities, list(zip(self.factor_scopes, self.tables, strict=True)),
-                             self.scopes, self._structure, self.enumeration_limit))
+                             self.scopes, self._structure, self.enumeration_limit, self.mask_overhead))
 
     # -- the E-step protocol --------------------------------------------------------------------
 
@@ -157,13 +168,15 @@ class ScopeEnumeration:
         counts = {s: np.zeros(self.tables[self.target_factor[s]].size) for s in self.scopes}
         log_evidence = np.zeros(len(patterns))
         missing = evidence < 0
-        masks, inverse = np.unique(missing, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        masks, _, inverse = distinct_rows(missing.astype(np.int64), None, [2] * len(self.variables))
+        masks = masks.astype(bool)
         tree_rows = []
         for m, mask in enumerate(masks):
             rows = np.flatnonzero(inverse == m)
             plan = self._plan(mask)
-            if plan is None:
+            # a pattern is enumerated when it is cheaper per row and its rows repay the fixed cost of
+            # setting it up (a few small NumPy calls per factor, ~MASK_OVERHEAD cells of a propagation each)
+            if plan is None or len(rows) * (self.tree_cost - plan[2]) <= self.mask_overhead * len(self.factor_scopes):
                 tree_rows.append(rows)
                 continue
             log_evidence[rows] = self._enumerate(plan, evidence[rows], pattern_weights[rows], counts)
@@ -227,14 +240,14 @@ class ScopeEnumeration:
                         observed_axes.append((i, stride[axis]))
                 terms.append((f, enumerated, observed_axes))
             plan_groups.append((size, terms))
-        plan = None if cost > self.enumeration_limit else (plan_groups, observed_factors)
+        plan = None if cost > self.enumeration_limit else (plan_groups, observed_factors, cost)
         self._plans[key] = plan
         return plan
 
     def _enumerate(self, plan: tuple, evidence: np.ndarray, weights: np.ndarray,
                    counts: dict[Scope, np.ndarray]) -> np.ndarray:
         """Add the rows' expected counts to ``counts``; return each row's ``log P~(e)``."""
-        groups, observed_factors = plan
+        groups, observed_factors, _ = plan
         n = len(evidence)
         log_evidence = np.zeros(n)
         observed_cells = {}
