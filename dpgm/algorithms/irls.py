@@ -43,7 +43,7 @@ class IRLSResult:
     converged: bool
     n_iter: int
     passes: int
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, float | None]] = field(default_factory=list)
 
 
 def solve_normal_equations(xtwx: np.ndarray, xtwz: np.ndarray, penalty: np.ndarray,
@@ -80,7 +80,7 @@ def irls(
     tol: float,
     max_iter: int,
     closed_form: bool = False,
-    callback: Callable[[dict[str, float]], None] | None = None,
+    callback: Callable[[dict[str, float | None]], None] | None = None,
 ) -> IRLSResult:
     """Fit a GLM by IRLS, one ``step`` (one pass over the data) per iteration.
 
@@ -99,7 +99,9 @@ def irls(
     closed_form
         The identity link (gaussian): the first solve is the answer (one pass).
     callback
-        Called with each iteration's record (``iteration``, ``deviance``, ``seconds``).
+        Called with each iteration's record (``iteration``, ``deviance``, ``seconds``,
+        ``param_change``: the largest absolute change of a coefficient since the
+        previous record; None for the first).
 
     Returns
     -------
@@ -114,9 +116,10 @@ def irls(
     if closed_form:
         covariance = scipy.linalg.cho_solve(factor, np.eye(len(beta)))
         return IRLSResult(beta, statistics, covariance, True, 1, passes)
-    history: list[dict[str, float]] = []
+    history: list[dict[str, float | None]] = []
     previous: float | None = None
     previous_beta = beta
+    recorded: np.ndarray | None = None  # coefficients of the last record
     converged, halvings, iteration = False, 0, 0
     while iteration < max_iter:
         statistics = step(beta)
@@ -131,7 +134,10 @@ def irls(
             continue
         iteration += 1
         halvings = 0
-        record = {"iteration": float(iteration), "deviance": deviance, "seconds": time.perf_counter() - start}
+        record = {"iteration": float(iteration), "deviance": deviance,
+                  "param_change": None if recorded is None else float(np.abs(beta - recorded).max()),
+                  "seconds": time.perf_counter() - start}
+        recorded = beta
         history.append(record)
         if callback is not None:
             callback(record)
