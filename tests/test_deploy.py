@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,14 @@ def test_launchers_use_current_dask_commands():
         text = _text(path)
         assert not re.search(r"dask-(scheduler|worker)\b", text), path
         assert re.search(r"\bdask (scheduler|worker)\b", text) or "dask" not in text, path
+
+
+def test_every_launched_scheduler_serves_the_dpgm_page():
+    launches = [(path, line) for path in SCRIPTS for line in _text(path).splitlines()
+                if re.search(r"\bdask scheduler\b", line) and not line.lstrip().startswith("#")]
+    assert {path.parent.name for path, _ in launches} >= {"local", "slurm", "kubernetes"}, launches
+    for path, line in launches:
+        assert "--preload dpgm.dashboard" in line, (path, line)
 
 
 def test_launchers_use_free_ports_and_do_not_listen_everywhere():
@@ -124,6 +133,23 @@ def test_local_cluster_scripts_run_a_real_fit_on_loopback(tmp_path):
         expected = dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), ds).model
         for v in truth.variables:
             np.testing.assert_array_equal(fitted.cpds[v].values, expected.cpds[v].values)
+
+        # an iterative fit on the same cluster appears, every iteration, on the dashboard's /dpgm page
+        cycle = [["asia", "tub"], ["tub", "either"], ["either", "lung"], ["lung", "smoke"], ["smoke", "asia"]]
+        (tmp_path / "ipf.yaml").write_text(json.dumps({"model": "markov_network", "cliques": cycle,
+                                                        "method": "ipf", "tol": 1e-9}))
+        subprocess.run([sys.executable, "-m", "dpgm.cli", "fit", tmp_path / "ipf.yaml", tmp_path / "a.zarr", "--out",
+                        tmp_path / "ipf.zarr", "--scheduler-file", folder / "scheduler.json"], env=_environment(),
+                       check=True, timeout=180, capture_output=True)
+        port = json.loads((folder / "scheduler.json").read_text())["services"]["dashboard"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dpgm/data.json", timeout=10) as response:
+            (fit,) = json.loads(response.read())["fits"]
+        states = {v: truth.states[v] for v in truth.variables}
+        again = dpgm.fit(dpgm.MarkovNetwork.from_cliques([tuple(c) for c in cycle], states), ds, method="ipf",
+                         tol=1e-9)
+        assert fit["method"] == "ipf" and fit["status"] == "converged" and fit["n_iter"] == again.n_iter
+        (restart,) = fit["restarts"]
+        np.testing.assert_allclose(restart["loglik"], [h["loglik"] for h in again.history], rtol=1e-12)
     finally:
         stopped = _local(tmp_path, "stop-cluster.sh")
     # stop returns only once every process it started has exited
