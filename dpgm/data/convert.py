@@ -13,6 +13,12 @@ CSV. Two passes, one task per block each:
    lie wholly inside it; a chunk shared by neighbouring blocks is written by one
    small task from their pieces (no rechunking graph, one write per chunk).
 
+Text columns are read dictionary-encoded (pyarrow's CSV reader builds the
+dictionaries while parsing; Parquet's own dictionary pages are kept), other
+columns get one ``pyarrow.compute.dictionary_encode``; only the dictionary is
+then looked at value by value (labels, number parsing), and the codes are one
+``take`` of a small lookup table, written straight to the Zarr chunks.
+
 So conversion scales with workers, and nothing holds more than a block. Column
 kinds: a column whose first ``chunk_rows`` values (10,000 by default) all parse
 as numbers and include a non-integer is continuous; every other column is
