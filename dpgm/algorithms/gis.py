@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dpgm.algorithms.features import FeatureSet
-from dpgm.algorithms.result import log_iteration
+from dpgm.algorithms.result import log_iteration, parameter_change
 
 __all__ = ["gis"]
 
@@ -62,7 +62,9 @@ def gis(
     max_iter, tol
         Stop when ``max_i |E_model[f_i] - E_data[f_i]| < tol`` or after ``max_iter`` steps.
     callback
-        Called with each step's history record.
+        Called with each step's history record, at the weights before the step
+        (``param_change``: the largest absolute change of a weight since the
+        previous record; None at the start).
 
     Returns
     -------
@@ -85,14 +87,17 @@ def gis(
     target = empirical[active]
     theta = theta[active]
     log_target = np.log(target)
+    previous = None
     with np.errstate(divide="ignore"):  # an expectation that underflows to 0 sends its weight to +inf
         for step in range(1, max_iter + 1):
             effective = theta - theta_slack
+            change = None if previous is None else parameter_change(previous, effective)
+            previous = effective
             expected, log_z = evaluate(effective)
             error = float(np.abs(expected - target).max()) if expected.size else 0.0
             loglik = n * (float(effective @ target) - log_z)
             log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
-                                               "seconds": time.perf_counter() - start})
+                                               "param_change": change, "seconds": time.perf_counter() - start})
             if error < tol:
                 converged = True
                 break
