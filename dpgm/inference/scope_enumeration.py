@@ -36,6 +36,9 @@ __all__ = ["MASK_OVERHEAD", "ScopeEnumeration"]
 # (measured: ~12 us per factor against ~0.04 us per tree cell per row; benchmarks/undirected_estep.py)
 MASK_OVERHEAD = 300
 
+# missingness pattern -> plan, per model structure and limit (kept across E steps and restarts)
+_PLANS: dict[tuple, dict[bytes, tuple | None]] = {}
+
 Scope = tuple[str, ...]
 
 
@@ -60,9 +63,9 @@ class ScopeEnumeration:
         Largest enumeration cost of a pattern (sum over its groups of ``|states| x (factors
         meeting the group + 1)``) handled here; costlier patterns go to the junction tree,
         and so do patterns with too few distinct rows to repay their set-up
-        (:data:`MASK_OVERHEAD`). Default: a quarter of the tree's cells plus 8 per clique,
-        at least 16 (an enumerated cell costs about 3 propagated cells; see
-        ``benchmarks/undirected_estep.py``); ``0`` sends every row to the tree.
+        (:data:`MASK_OVERHEAD`). Default: half the tree's cost (its cells plus 8 per clique),
+        at least 16: enumeration was measured faster up to ~0.55 of the tree's cost
+        (``benchmarks/undirected_estep.py``); ``0`` sends every row to the tree.
     mask_overhead
         Set-up cost of a pattern per factor, in propagated cells (``0``: every pattern within
         ``enumeration_limit`` is enumerated, however few its rows).
@@ -117,10 +120,14 @@ class ScopeEnumeration:
         tree = self.structure
         self.tree_cost = tree.total_table_size + 8 * len(tree.cliques)
         if enumeration_limit is None:
-            enumeration_limit = max(16, self.tree_cost // 4)
+            enumeration_limit = max(16, self.tree_cost // 2)
         self.enumeration_limit = int(enumeration_limit)
         self.mask_overhead = int(mask_overhead)
-        self._plans: dict[bytes, tuple | None] = {}
+        # plans depend on the structure only (not on the tables): shared by every E step of a fit
+        self._plans = _PLANS.setdefault(
+            (self.variables, tuple(self.cardinalities.values()), tuple(self.factor_scopes), self.enumeration_limit), {})
+        if len(_PLANS) > 64:
+            _PLANS.clear()
 
     # -- the junction tree for costly patterns ------------------------------------------------
 
@@ -218,16 +225,18 @@ class ScopeEnumeration:
         groups: dict[int, list[int]] = {}
         for i in unobserved:
             groups.setdefault(find(i), []).append(i)
-        plan_groups, observed_factors, cost = [], [], 0
-        for f, members in enumerate(factor_vars):
-            if not any(missing[i] for i in members):
-                observed_factors.append(f)
-        for members in groups.values():
+        observed_factors = [f for f, members in enumerate(factor_vars) if not any(missing[i] for i in members)]
+        meetings = [[f for f, fv in enumerate(factor_vars) if any(i in members for i in fv)]
+                    for members in groups.values()]
+        sizes = [math.prod(self.cardinalities[self.variables[i]] for i in members) for members in groups.values()]
+        cost = sum(size * (len(meeting) + 1) for size, meeting in zip(sizes, meetings, strict=True))
+        if cost > self.enumeration_limit:  # decided before any group's states are built
+            self._plans[key] = None
+            return None
+        plan_groups = []
+        for members, size, meeting in zip(groups.values(), sizes, meetings, strict=True):
             cards = [self.cardinalities[self.variables[i]] for i in members]
-            size = math.prod(cards)
             states = np.indices(cards).reshape(len(cards), -1)  # (group variables, size)
-            meeting = [f for f, fv in enumerate(factor_vars) if any(i in members for i in fv)]
-            cost += size * (len(meeting) + 1)
             terms = []
             for f in meeting:
                 stride = self.strides[f]
@@ -240,7 +249,7 @@ class ScopeEnumeration:
                         observed_axes.append((i, stride[axis]))
                 terms.append((f, enumerated, observed_axes))
             plan_groups.append((size, terms))
-        plan = None if cost > self.enumeration_limit else (plan_groups, observed_factors, cost)
+        plan = (plan_groups, observed_factors, cost)
         self._plans[key] = plan
         return plan
 
