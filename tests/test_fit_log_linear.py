@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgm
+from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.ipf import ipf
 from dpgm.algorithms.tables import JointEngine, reduce_to
 from dpgm.models.log_linear import LogLinearModel
@@ -70,7 +71,7 @@ def test_fitted_cells_and_deviance_equal_statsmodels_glm(name, method):
     result = dpgm.fit(model, table, method=method, tol=1e-12 if method != "lbfgs" else 1e-10, max_iter=200_000)
     assert result.converged
     engine = JointEngine(variables, {v: table.sizes[v] for v in variables})
-    features, order = result.model.feature_set()
+    features, order = feature_set(result.model)
     fitted = engine.joint(features.log_potentials(result.model.theta(order))) * float(table.sum())
     index = tuple(np.array([list(table.coords[v].values).index(str(x)) for x in frame[v]]) for v in variables)
     ours, theirs = fitted[index], glm.fittedvalues.to_numpy()
@@ -152,7 +153,7 @@ def test_structural_zeros_stay_zero_and_reduce_df():
     assert glm.df_resid == fixed.df == 4  # 6 cells fewer, 2 interaction parameters unidentifiable
     assert fixed.g2 == pytest.approx(glm.deviance, rel=1e-6)
     engine = JointEngine(list(table.dims), dict(table.sizes))
-    features, order = fixed.model.feature_set()
+    features, order = feature_set(fixed.model)
     log_potentials = features.log_potentials(fixed.model.theta(order))
     log_potentials[("v0", "v1")] = log_potentials[("v0", "v1")] + np.where(mask.values, -np.inf, 0.0)
     assert np.all(engine.joint(log_potentials)[mask.broadcast_like(table).transpose(*table.dims).values] == 0.0)
@@ -166,7 +167,7 @@ def test_l1_penalty_satisfies_optimality_conditions():
     model = LogLinearModel.from_margins(margins, {v: list(table.coords[v].values) for v in variables})
     l1 = 0.01
     result = dpgm.fit(model, table, method="lbfgs", l1=l1, tol=1e-9, max_iter=20_000)
-    features, order = result.model.feature_set()
+    features, order = feature_set(result.model)
     theta = result.model.theta(order)
     engine = JointEngine(variables, dict(table.sizes))
     marginals, _ = engine(features.log_potentials(theta), features.scopes)

@@ -75,10 +75,6 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
     return result
 
 
-def bn_factors(model: BayesianNetwork) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    return [(tuple(map(str, model.cpds[v].dims)), model.cpds[v].values) for v in model.variables]
-
-
 def _family_plan(model: BayesianNetwork):
     from dpgm.inference.families import FamilyPlan
 

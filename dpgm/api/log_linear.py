@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.features import FeatureSet, feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.gradient import lbfgs, newton, proximal_gradient
@@ -77,7 +77,7 @@ def fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, client
     states = data_states(data)
     check_variables(model.variables, model.states, states)
     zeros = structural_zeros_for(model, structural_zeros, states)
-    features, order = model.feature_set()
+    features, order = feature_set(model)
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     tables = counts_with_zeros(data, list(features.scopes) + ([saturated] if saturated else []), zeros, client,
                                progress)
