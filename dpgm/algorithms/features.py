@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from dpgm.algorithms.tables import JointEngine, Scope, expand
+from dpgm.algorithms.tables import JointEngine
+from dpgm.potentials import Scope, expand
 
 __all__ = ["FeatureSet", "feature_set"]
 

@@ -22,13 +22,14 @@ def _kinds() -> dict[str, Callable[[dict, dict], Any]]:
     from dpgm.models.gaussian import GaussianGraphicalModel
     from dpgm.models.glm import GLMConditional
     from dpgm.models.hmm import HiddenMarkovModel
+    from dpgm.models.hybrid import HybridNetwork
     from dpgm.models.linear_gaussian import LinearGaussianNetwork
     from dpgm.models.log_linear import LogLinearModel
     from dpgm.models.markov import MarkovNetwork
     from dpgm.models.mixture import GaussianMixture
 
     kinds = (BayesianNetwork, MarkovNetwork, LogLinearModel, HiddenMarkovModel, GaussianGraphicalModel,
-             LinearGaussianNetwork, GaussianMixture, GLMConditional)
+             LinearGaussianNetwork, GaussianMixture, GLMConditional, HybridNetwork)
     return {cls.__name__: cls._from_store for cls in kinds} | {name: c[2] for name, c in CODECS.items()}
 
 
