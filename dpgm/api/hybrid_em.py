@@ -142,7 +142,7 @@ def _labelled(model: HybridNetwork, plan: LatentPlan, plans: dict[str, GLMPlan],
         by = xr.DataArray(scale, dims=z, coords={z: states}) if by_state and design.family == "gaussian" else None
         conditional = model.glm(node).with_parameters(
             coefficients.transpose(*order), standard_errors.transpose(*order),
-            scale=float(np.mean(scale)) if by is not None else float(scale), scale_by_state=by,
+            scale=float(np.mean(scale)), scale_by_state=by,
             deviance=float(sum(p["deviance"] for p in last)), child_states=glm_plan.child_states)
         conditionals[node] = conditional
     return model.with_parameters(tables, conditionals)

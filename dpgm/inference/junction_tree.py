@@ -28,7 +28,7 @@ import xarray as xr
 
 from dpgm.inference.batched import BatchedTree, ImpossibleEvidenceError
 from dpgm.inference.triangulation import MAX_TABLE_SIZE, build_tree
-from dpgm.potentials import marginal, state_index
+from dpgm.potentials import labelled_table, marginal
 
 __all__ = ["FactorModel", "JunctionTree"]
 
@@ -376,8 +376,7 @@ class JunctionTree:
         return {v: self.states[v][int(best[j])] for j, v in enumerate(self.variables)}
 
     def _label(self, table: np.ndarray, scope: Sequence[str]) -> xr.DataArray:
-        return xr.DataArray(table, dims=tuple(scope),
-                            coords={v: state_index(v, self.states[v]) for v in scope})
+        return labelled_table(table, scope, self.states)
 
 
 def _check_errors(errors: str) -> None:
