@@ -150,3 +150,16 @@ def test_every_top_level_module_has_a_layer():
     top = {name for name in _modules() if name.count(".") == 1 and not name.endswith("__main__")}
     assert not top - placed, f"top-level modules in no layer of pyproject's layers contract: {sorted(top - placed)}"
     assert not placed - top, f"layers naming no module of dpgm: {sorted(placed - top)}"
+
+
+def test_fit_results_and_convergence_warnings_are_made_in_one_place():
+    """``FitResult(...)`` is built and ``ConvergenceWarning`` raised by dpgm/api/results.py only."""
+    makers, warners = set(), set()
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "FitResult":
+                makers.add(name)
+            if isinstance(node, ast.Name) and node.id == "ConvergenceWarning":
+                warners.add(name)
+    assert makers == {"dpgm.api.results"}, f"modules building a FitResult: {sorted(makers)}"
+    assert warners == {"dpgm.api.results"}, f"modules naming ConvergenceWarning: {sorted(warners)}"

@@ -7,9 +7,9 @@ import numpy as np
 from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.result import FitResult
+from dpgm.algorithms.tables import engine_for, zero_offsets
 from dpgm.api.checks import check_variables, data_states
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
-from dpgm.api.log_linear import engine_for, zero_offsets
 from dpgm.errors import DataError
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
