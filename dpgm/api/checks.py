@@ -179,7 +179,7 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
         ("LinearGaussianNetwork", "mle"): missing,
         ("GLMConditional", "irls"): stop | missing,
         ("HybridNetwork", "mle"): stop | missing,
-        ("HybridNetwork", "em"): {k: v for k, v in em.items() if k not in ("checkpoint", "resume", "init")},
+        ("HybridNetwork", "em"): {k: v for k, v in em.items() if k != "init"},
         ("GaussianMixture", "em"): em | {"init": _Anything("None, 'k-means++', 'random', 'model' or a dict of "
                                                             "weights, means and covariances or precisions"),
                                          "reg_covar": Interval(float, 0.0)},
@@ -327,6 +327,8 @@ def model_fingerprint(model, method: str, options: dict) -> dict:
         structure = {"hidden": model.hidden, "variable": model.variable, "n_states": model.n_states}
     elif kind == "GaussianMixture":
         structure = {"n_components": model.n_components, "covariance_type": model.covariance_type}
+    elif kind == "HybridNetwork":
+        structure = {"edges": [list(e) for e in model.edges], "families": model.families, "l2": model.l2}
     else:
         structure = [list(s) for s in model.scopes]
     states = getattr(model, "states", {}) or {}
