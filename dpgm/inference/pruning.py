@@ -12,7 +12,8 @@ The cells to visit depend only on which variables are observed (the missingness 
 rows are grouped by pattern: a pattern's cell lists are built once, and each row only moves each
 table's start by its observed codes. The dense kernel runs blocks of rows side by side and costs
 less per cell, so each row goes to whichever kernel visits fewer cells, weighted by their measured
-cost per cell (:func:`dense_advantage`): :func:`pruned_rows` decides from the row's pattern alone, and
+cost per cell (:func:`dense_advantage`): :func:`pruned_rows` decides from the row's pattern and how
+many rows share it, and
 :func:`routed_posteriors` / :func:`routed_expected_counts` send each row to its kernel.
 
 Examples
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpgm.inference import propagation
-from dpgm.inference._pruned_kernels import _pruned_expected_kernel, _pruned_posteriors_kernel
+from dpgm.inference._pruned_kernels import _pruned_kernel
 from dpgm.inference.propagation import SoftEvidence, TreeLayout
 from dpgm.inference.triangulation import TreeStructure
 
@@ -111,26 +112,44 @@ def compile_grids(structure: TreeStructure, variables: Sequence[str], cardinalit
 def pruned_cells(grids: EvidenceGrids, observed_mask: np.ndarray, observed: np.ndarray) -> np.ndarray:
     """Clique cells the pruned kernel visits per row (``observed_mask``: ``(B, k)``, True = observed)."""
     n = len(grids.log_size) // 2
-    log_cut = observed_mask.astype(float) @ grids.membership[observed, :n]
+    log_cut = np.zeros((len(observed_mask), n))
+    for j, v in enumerate(observed):  # no BLAS call: a thread pool's start-up costs more than these sums
+        log_cut += observed_mask[:, j, None] * grids.membership[v, :n]
     return np.rint(np.exp(grids.log_size[:n] - log_cut).sum(axis=1)).astype(np.int64)
 
 
-def dense_advantage(layout: TreeLayout, n_rows: int) -> float:
-    """How many times less the dense kernel spends per clique cell than the pruned one.
+_PRUNED_COST = 2.5  # per cell, pruned vs dense at equal blocks of rows
 
-    The dense kernel runs blocks of rows side by side over contiguous cells (:meth:`TreeLayout.block`);
-    the pruned one runs one row at a time through cell lists. Measured: ~5x with blocks of 256 rows
-    (alarm, insurance), ~1.5-2x with one row per block (water's 3.4e6 cells).
+
+def _efficiency(block: np.ndarray | int) -> np.ndarray:
+    """Cells per unit time of a kernel running ``block`` rows side by side, relative to one row (measured ~5x at 16+)."""
+    return np.minimum(5.0, 1.0 + np.log2(np.maximum(block, 1)))
+
+
+def dense_advantage(layout: TreeLayout, n_rows: int, pattern_rows: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """How many times less the dense kernel spends per clique cell than the pruned one, per row.
+
+    Both kernels run blocks of rows side by side (the dense one any rows, :meth:`TreeLayout.block`; the
+    pruned one the rows of one missingness pattern, ``pattern_rows`` of them, ``cells`` each), which is
+    ~5x cheaper per cell from 16 rows on; at equal blocks the pruned kernel costs ~1-2.5x per cell
+    (gathering its tables, building each pattern's compact tree; more on small trees). Measured on
+    alarm, insurance and water.
     """
-    return min(5.0, 1.5 + 0.5 * math.log2(layout.block(n_rows)))
+    pruned_block = np.minimum(np.minimum(256, pattern_rows), (1 << 19) // np.maximum(cells, 1))
+    return _PRUNED_COST * _efficiency(layout.block(n_rows)) / _efficiency(pruned_block)
 
 
 def pruned_rows(layout: TreeLayout, grids: EvidenceGrids, codes: np.ndarray, observed: np.ndarray) -> np.ndarray:
     """Rows (of ``codes``, ``(B, k)``) the pruned kernel answers faster than the dense one."""
     if codes.shape[1] == 0 or len(codes) == 0:
         return np.zeros(len(codes), dtype=bool)
+    if pruned_cells(grids, np.ones((1, len(observed)), dtype=bool), observed)[0] * _PRUNED_COST >= layout.n_cells:
+        return np.zeros(len(codes), dtype=bool)  # not even every column observed would pay
     cells = pruned_cells(grids, codes >= 0, observed)
-    return cells * dense_advantage(layout, len(codes)) < layout.n_cells
+    order, pattern = _by_pattern(codes)
+    pattern_rows = np.empty(len(codes), dtype=np.int64)
+    pattern_rows[order] = np.bincount(pattern)[pattern]
+    return cells * dense_advantage(layout, len(codes), pattern_rows, cells) < layout.n_cells
 
 
 def _by_pattern(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -144,20 +163,35 @@ def _by_pattern(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.ascontiguousarray(inverse[order].astype(np.int64))
 
 
+def _run(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, base_log: float, codes: np.ndarray,
+         observed: np.ndarray, weights: np.ndarray | None, targets: np.ndarray, target_offset: np.ndarray):
+    order, pattern = _by_pattern(codes)
+    capacity = max(1, int(pruned_cells(grids, codes >= 0, observed).max(initial=1)))
+    rows_per_pattern = int(np.bincount(pattern).max(initial=1))
+    block = min(256, max(1, (1 << 19) // capacity), rows_per_pattern)
+    log_evidence = np.empty(len(codes))
+    accumulate = weights is not None
+    out = np.empty((0 if accumulate else len(codes), int(target_offset[-1])))
+    totals = np.zeros_like(base) if accumulate else np.zeros(0)
+    sorted_weights = np.ascontiguousarray(weights[order]) if accumulate else np.zeros(0)
+    _pruned_kernel(np.ascontiguousarray(codes[order]), pattern, sorted_weights, observed, grids.card, base, base_log,
+                   *grids.maps, *layout.maps, targets, target_offset, capacity, block, log_evidence, out, totals)
+    result_log = np.empty_like(log_evidence)
+    result_log[order] = log_evidence
+    if accumulate:
+        return result_log, totals
+    result = np.empty_like(out)
+    result[order] = out
+    return result_log, result
+
+
 def posteriors(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, base_log: float, codes: np.ndarray,
                observed: np.ndarray, targets: np.ndarray, target_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row ``log P(e)`` and the posterior marginals of ``targets`` side by side (NaN for rows of probability 0).
 
     The same answer as :func:`dpgm.inference.propagation.posteriors` without soft evidence.
     """
-    order, pattern = _by_pattern(codes)
-    out = np.empty((len(codes), int(target_offset[-1])))
-    log_evidence = np.empty(len(codes))
-    _pruned_posteriors_kernel(np.ascontiguousarray(codes[order]), pattern, observed, grids.card, base, base_log,
-                              *grids.maps, *layout.maps, targets, target_offset, log_evidence, out)
-    result_log, result = np.empty_like(log_evidence), np.empty_like(out)
-    result_log[order], result[order] = log_evidence, out
-    return result_log, result
+    return _run(layout, grids, base, base_log, codes, observed, None, targets, target_offset)
 
 
 def expected_counts(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, base_log: float, codes: np.ndarray,
@@ -166,15 +200,9 @@ def expected_counts(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, 
 
     The same answer as :func:`dpgm.inference.propagation.expected_counts` without soft evidence.
     """
-    order, pattern = _by_pattern(codes)
-    totals = np.zeros_like(base)
-    log_evidence = np.empty(len(codes))
-    _pruned_expected_kernel(np.ascontiguousarray(codes[order]), pattern, np.ascontiguousarray(weights[order]),
-                            observed, grids.card, base, base_log, *grids.maps, *layout.maps[:7], log_evidence,
-                            totals)
-    result = np.empty_like(log_evidence)
-    result[order] = log_evidence
-    return result, totals
+    empty = np.zeros(0, dtype=np.int64)
+    return _run(layout, grids, base, base_log, codes, observed, np.asarray(weights, dtype=float), empty,
+                np.zeros(1, dtype=np.int64))
 
 
 def routed_posteriors(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, base_log: float,
