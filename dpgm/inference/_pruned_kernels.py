@@ -16,6 +16,8 @@ Tables ``0 .. n-1`` are the cliques, ``n .. 2n-1`` the separators (to each cliqu
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -126,12 +128,14 @@ def _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stri
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _load_compact(work, base, codes, r0, rows, observed_var, state, n, grid_ptr, grid_var, grid_stride,
-                  table_offset, free_ptr, free):
-    """Gather each row's compact clique tables (cells x rows) from the full initial tables."""
+def _load_compact(work, base, codes, r0, rows, observed_var, compact, state, n, grid_ptr, grid_var, grid_stride,
+                  table_offset, free_ptr, free, var_offset, var_state, var_home):
+    """Gather each row's compact clique tables (cells x rows) from the full initial tables; enter the evidence
+    of the columns not compacted (``compact[j]`` False) by zeroing the disagreeing cells of their home clique."""
     for r in range(rows):
         for j in range(codes.shape[1]):
-            state[observed_var[j]] = codes[r0 + r, j]
+            if compact[j]:
+                state[observed_var[j]] = codes[r0 + r, j]
         for c in range(n):
             start = table_offset[c]
             for i in range(grid_ptr[c], grid_ptr[c + 1]):
@@ -140,6 +144,18 @@ def _load_compact(work, base, codes, r0, rows, observed_var, state, n, grid_ptr,
                     start += code * grid_stride[i]
             for k in range(free_ptr[c], free_ptr[c + 1]):
                 work[k, r] = base[start + free[k]]
+    for j in range(codes.shape[1]):
+        if compact[j]:
+            continue
+        v = observed_var[j]
+        h = var_home[v]
+        states = var_offset[v]
+        for k in range(free_ptr[h], free_ptr[h + 1]):
+            state_k = var_state[states + free[k]]
+            for r in range(rows):
+                code = codes[r0 + r, j]
+                if code >= 0 and code != state_k:
+                    work[k, r] = 0.0
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -201,13 +217,13 @@ def _propagate_row(work, sep, scratch, order, parent, clique_offset, sep_offset,
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _pruned_kernel(codes, pattern, weights, observed_var, card, base, base_log, grid_ptr, grid_var, grid_stride,
+def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, base_log, grid_ptr, grid_var, grid_stride,
                    table_offset, order, parent, clique_offset, sep_offset, up_index, down_index, down_offset,
                    var_offset, var_state, var_home, targets, target_offset, capacity, block, out_log, out, totals):
     """Posteriors of ``targets`` (into ``out``) or EM's ``totals += w P(x_C | e)`` (if ``totals`` is not empty).
 
-    Rows are sorted by missingness ``pattern``; each pattern's compact tree is built once and its rows run in
-    blocks of ``block``. ``capacity`` bounds the compact clique cells of every pattern.
+    Rows are sorted by ``pattern``, the missingness of the columns with ``compact[j]`` (the others' evidence is
+    entered by zeroing cells); each pattern's compact tree is built once and its rows run in blocks of ``block``. ``capacity`` bounds the compact clique cells of every pattern.
     """
     n = order.shape[0]
     n_free = base.shape[0] + sep_offset[-1] + 2 * n
@@ -231,14 +247,15 @@ def _pruned_kernel(codes, pattern, weights, observed_var, card, base, base_log, 
         while r1 < codes.shape[0] and pattern[r1] == pattern[r0]:
             r1 += 1
         for j in range(codes.shape[1]):
-            state[observed_var[j]] = codes[r0, j]
+            if compact[j]:
+                state[observed_var[j]] = codes[r0, j]
         _list_free_cells(state, card, grid_ptr, grid_var, grid_stride, free_ptr, free)
         _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stride, up, down, down_ptr)
         sep_ptr = free_ptr[n:] - free_ptr[n]
         for b0 in range(r0, r1, block):
             rows = min(block, r1 - b0)
-            _load_compact(work, base, codes, b0, rows, observed_var, state, n, grid_ptr, grid_var, grid_stride,
-                          table_offset, free_ptr, free)
+            _load_compact(work, base, codes, b0, rows, observed_var, compact, state, n, grid_ptr, grid_var,
+                          grid_stride, table_offset, free_ptr, free, var_offset, var_state, var_home)
             if rows == 1:
                 log_total[0] = _propagate_row(work[:, 0], sep[:, 0], scratch[:, 0], order, parent, free_ptr, sep_ptr,
                                               up, down, down_ptr)
@@ -256,7 +273,8 @@ def _pruned_kernel(codes, pattern, weights, observed_var, card, base, base_log, 
                     if log_total[r] == -np.inf or w == 0.0:
                         continue
                     for j in range(codes.shape[1]):
-                        state[observed_var[j]] = codes[b0 + r, j]
+                        if compact[j]:
+                            state[observed_var[j]] = codes[b0 + r, j]
                     for c in range(n):
                         start = table_offset[c]
                         for i in range(grid_ptr[c], grid_ptr[c + 1]):
@@ -273,7 +291,7 @@ def _pruned_kernel(codes, pattern, weights, observed_var, card, base, base_log, 
                 for r in range(rows):
                     for s in range(cards):
                         out[b0 + r, o + s] = 0.0
-                if state[v] >= 0:  # observed in this pattern: its indicator
+                if state[v] >= 0:  # observed in a compacted column: its indicator
                     for r in range(rows):
                         for j in range(codes.shape[1]):
                             if observed_var[j] == v:
@@ -296,3 +314,24 @@ def _pruned_kernel(codes, pattern, weights, observed_var, card, base, base_log, 
                         for s in range(cards):
                             out[b0 + r, o + s] = np.nan
         r0 = r1
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _pruned_cells(mask, member, log_size, out):
+    """Per row the clique cells left when the variables of its True columns leave the cliques.
+
+    ``member[j, c]`` is ``log card`` of column ``j``'s variable if clique ``c`` holds it, else 0.
+    """
+    n = log_size.shape[0]
+    cut = np.empty(n)
+    for r in range(mask.shape[0]):
+        for c in range(n):
+            cut[c] = log_size[c]
+        for j in range(mask.shape[1]):
+            if mask[r, j]:
+                for c in range(n):
+                    cut[c] -= member[j, c]
+        total = 0.0
+        for c in range(n):
+            total += math.exp(cut[c])
+        out[r] = np.int64(total + 0.5)
