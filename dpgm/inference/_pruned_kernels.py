@@ -24,67 +24,26 @@ import numpy as np
 from dpgm.inference._kernels import _sum_propagate
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _list_free_cells(state, card, grid_ptr, grid_var, grid_stride, free_ptr, free):
-    """Each table's cells consistent with a missingness pattern, relative to the table's evidence start.
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _enumerate(limits, strides, n_free, first, digits, out, m):
+    """Write the grid ``first + sum_d digit_d strides[d]`` (``digit_d < limits[d]``, the last fastest) from ``m`` on.
 
-    ``state[v] >= 0`` marks an observed variable. Fills ``free_ptr`` (CSR over tables) and ``free``.
+    Returns the end. The innermost digit runs as a plain arithmetic progression.
     """
-    n_tables = grid_ptr.shape[0] - 1
-    digits = np.zeros(64, dtype=np.int64)
-    limits = np.zeros(64, dtype=np.int64)
-    strides = np.zeros(64, dtype=np.int64)
-    k = 0
-    for t in range(n_tables):
-        free_ptr[t] = k
-        n_free = 0
-        for i in range(grid_ptr[t], grid_ptr[t + 1]):
-            v = grid_var[i]
-            if state[v] < 0:
-                limits[n_free] = card[v]
-                strides[n_free] = grid_stride[i]
-                digits[n_free] = 0
-                n_free += 1
-        cell = 0
-        while True:
-            free[k] = cell
-            k += 1
-            d = n_free - 1  # next cell, the last free variable fastest (C order)
-            while d >= 0:
-                digits[d] += 1
-                cell += strides[d]
-                if digits[d] < limits[d]:
-                    break
-                cell -= strides[d] * limits[d]
-                digits[d] = 0
-                d -= 1
-            if d < 0:
-                break
-    free_ptr[n_tables] = k
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _separator_cells(t, c, state, card, grid_ptr, grid_var, sep_stride, maps, m):
-    """Write into ``maps`` from ``m`` on each free cell of table ``t``'s compact separator ``c`` cell; returns the end.
-
-    The free cells run in C order of table ``t``'s free variables, as :func:`_list_free_cells` lists them;
-    ``sep_stride[v]`` is variable ``v``'s stride in the compact separator (0 if it is not a free variable there).
-    """
-    digits = np.zeros(64, dtype=np.int64)
-    limits = np.zeros(64, dtype=np.int64)
-    strides = np.zeros(64, dtype=np.int64)
-    n_free = 0
-    for i in range(grid_ptr[t], grid_ptr[t + 1]):
-        v = grid_var[i]
-        if state[v] < 0:
-            limits[n_free] = card[v]
-            strides[n_free] = sep_stride[v]
-            n_free += 1
-    cell = c
+    if n_free == 0:
+        out[m] = first
+        return m + 1
+    inner, step = limits[n_free - 1], strides[n_free - 1]
+    for d in range(n_free - 1):
+        digits[d] = 0
+    cell = first
     while True:
-        maps[m] = cell
-        m += 1
-        d = n_free - 1
+        value = cell
+        for _ in range(inner):
+            out[m] = value
+            m += 1
+            value += step
+        d = n_free - 2
         while d >= 0:
             digits[d] += 1
             cell += strides[d]
@@ -98,7 +57,55 @@ def _separator_cells(t, c, state, card, grid_ptr, grid_var, sep_stride, maps, m)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stride, up, down, down_ptr):
+def _list_free_cells(state, card, grid_ptr, grid_var, grid_stride, free_ptr, free, odometer, n_listed):
+    """Each table's cells consistent with a missingness pattern, relative to the table's evidence start.
+
+    ``state[v] >= 0`` marks an observed variable. Fills ``free_ptr`` (CSR over tables) and ``free`` (the
+    cells of the first ``n_listed`` tables; the others only get their size); ``odometer`` is ``(3, 64)`` scratch.
+    """
+    n_tables = grid_ptr.shape[0] - 1
+    digits, limits, strides = odometer[0], odometer[1], odometer[2]
+    k = 0
+    for t in range(n_tables):
+        free_ptr[t] = k
+        n_free = 0
+        for i in range(grid_ptr[t], grid_ptr[t + 1]):
+            v = grid_var[i]
+            if state[v] < 0:
+                limits[n_free] = card[v]
+                strides[n_free] = grid_stride[i]
+                digits[n_free] = 0
+                n_free += 1
+        if t < n_listed:
+            k = _enumerate(limits, strides, n_free, 0, digits, free, k)
+        else:  # a separator: only its size is needed
+            size = 1
+            for d in range(n_free):
+                size *= limits[d]
+            k += size
+    free_ptr[n_tables] = k
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _separator_cells(t, c, state, card, grid_ptr, grid_var, sep_stride, maps, m, odometer):
+    """Write into ``maps`` from ``m`` on each free cell of table ``t``'s compact separator ``c`` cell; returns the end.
+
+    The free cells run in C order of table ``t``'s free variables, as :func:`_list_free_cells` lists them;
+    ``sep_stride[v]`` is variable ``v``'s stride in the compact separator (0 if it is not a free variable there).
+    """
+    digits, limits, strides = odometer[0], odometer[1], odometer[2]
+    n_free = 0
+    for i in range(grid_ptr[t], grid_ptr[t + 1]):
+        v = grid_var[i]
+        if state[v] < 0:
+            limits[n_free] = card[v]
+            strides[n_free] = sep_stride[v]
+            n_free += 1
+    return _enumerate(limits, strides, n_free, c, digits, maps, m)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stride, up, down, down_ptr, odometer):
     """The compact tree of a pattern: each compact clique cell's compact separator cell, and each parent cell's.
 
     Compact clique ``c`` is ``free_ptr[c]:free_ptr[c + 1]``, compact separator ``c`` starts at
@@ -120,8 +127,8 @@ def _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stri
                 sep_stride[v] = step
                 step *= card[v]
         start = free_ptr[t] - free_ptr[n]
-        _separator_cells(c, start, state, card, grid_ptr, grid_var, sep_stride, up, free_ptr[c])
-        d = _separator_cells(p, start, state, card, grid_ptr, grid_var, sep_stride, down, d)
+        _separator_cells(c, start, state, card, grid_ptr, grid_var, sep_stride, up, free_ptr[c], odometer)
+        d = _separator_cells(p, start, state, card, grid_ptr, grid_var, sep_stride, down, d, odometer)
         for i in range(grid_ptr[t], grid_ptr[t + 1]):
             sep_stride[grid_var[i]] = 0
     down_ptr[n] = d
@@ -230,6 +237,7 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
     free = np.empty(n_free, dtype=np.int64)
     free_ptr = np.empty(2 * n + 1, dtype=np.int64)
     sep_stride = np.zeros(card.shape[0], dtype=np.int64)
+    odometer = np.zeros((3, 64), dtype=np.int64)
     up = np.empty(capacity, dtype=np.int64)
     down = np.empty(max(1, down_index.shape[0]), dtype=np.int64)
     down_ptr = np.empty(n + 1, dtype=np.int64)
@@ -249,8 +257,8 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
         for j in range(codes.shape[1]):
             if compact[j]:
                 state[observed_var[j]] = codes[r0, j]
-        _list_free_cells(state, card, grid_ptr, grid_var, grid_stride, free_ptr, free)
-        _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stride, up, down, down_ptr)
+        _list_free_cells(state, card, grid_ptr, grid_var, grid_stride, free_ptr, free, odometer, n)
+        _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stride, up, down, down_ptr, odometer)
         sep_ptr = free_ptr[n:] - free_ptr[n]
         for b0 in range(r0, r1, block):
             rows = min(block, r1 - b0)
