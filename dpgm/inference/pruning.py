@@ -176,7 +176,9 @@ def plan(layout: TreeLayout, grids: EvidenceGrids, codes: np.ndarray, observed: 
         columns = np.zeros(k, dtype=bool)
         columns[rank[:m]] = True
         cells = pruned_cells(grids, mask & columns, observed)
-        block = np.minimum(np.minimum(256, _pattern_rows(mask & columns) * scale), (1 << 19) // np.maximum(cells, 1))
+        in_sample = _pattern_rows(mask & columns)  # a pattern seen once in the sample may be unique: count it once
+        shared = np.where(in_sample >= 2, in_sample * scale, 1.0)
+        block = np.minimum(np.minimum(256, shared), (1 << 19) // np.maximum(cells, 1))
         cost = np.minimum(cells * _PRUNED_COST / _efficiency(block), dense_cost).sum()
         if cost < best:
             best, best_columns = cost, columns
