@@ -235,7 +235,8 @@ def _jobqueue_cluster(cluster: str, options: Mapping[str, Any]) -> Any:
             kwargs[key] = default
     kwargs |= dict(options)
     if "scheduler_options" not in kwargs and not configured.get("scheduler-options"):
-        kwargs["scheduler_options"] = {"dashboard_address": ":0"}
+        # the scheduler runs in this process: its dashboard on a free port, with the /dpgm page
+        kwargs["scheduler_options"] = {"dashboard_address": ":0", "preload": ["dpgm.dashboard"]}
     prologue = kwargs.get("job_script_prologue", configured.get("job-script-prologue")) or []
     kwargs["job_script_prologue"] = [*prologue, *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
     return getattr(dask_jobqueue, name)(**kwargs)
