@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from dpgm.algorithms.tables import JointEngine
 from dpgm.potentials import Scope, expand
 
-__all__ = ["DENSE_DESIGN_ENTRIES", "FeatureSet"]
+__all__ = ["DENSE_DESIGN_ENTRIES", "FeatureSet", "feature_set"]
 
 # below this many (features x joint cells), model expectations come from the design matrix:
 # two matrix products instead of one small NumPy call per scope (the fixed cost of small fits)
@@ -111,6 +112,21 @@ class FeatureSet:
         mean = values @ joint
         centered = values - mean[:, None]
         return mean, (centered * joint) @ centered.T
+
+
+def feature_set(model: Any) -> tuple[FeatureSet, list[str]]:
+    """A log-linear model's features stacked per scope, and the feature names in that order."""
+    tables, order = model.stacked_features()
+    cached = _FEATURE_SETS.get(id(tables))
+    if cached is None or cached[0] is not tables:  # a model and its copies share one stacking
+        if len(_FEATURE_SETS) >= 32:
+            _FEATURE_SETS.pop(next(iter(_FEATURE_SETS)))
+        cached = _FEATURE_SETS[id(tables)] = (tables, FeatureSet(tables))
+    return cached[1], order
+
+
+# the FeatureSet (and its design matrices) of the last stackings seen, by identity
+_FEATURE_SETS: dict[int, tuple[dict, FeatureSet]] = {}
 
 
 class _DenseExpectations:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.goodness import saturated_goodness_of_fit
 from dpgm.algorithms.result import FitResult
-from dpgm.algorithms.tables import JointEngine, loglik_from_potentials
-from dpgm.api.checks import check_variables, data_states, saturated_scope
-from dpgm.api.log_linear import (
-    add_goodness_of_fit,
+from dpgm.algorithms.tables import JointEngine, engine_for, loglik_from_potentials, zero_offsets
+from dpgm.api.checks import (
+    check_variables,
     counts_with_zeros,
-    engine_for,
-    fit_features,
+    data_states,
+    saturated_scope,
     structural_zeros_for,
-    warn_not_converged,
-    zero_offsets,
 )
+from dpgm.api.log_linear import fit_features
+from dpgm.api.results import fit_result
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
@@ -45,12 +45,12 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     if method in ("gis", "lbfgs", "newton"):
         # one indicator feature per cell of each scope, as LogLinearModel.from_margins, without its labels
         features = FeatureSet.indicators({s: model.potentials[s].shape for s in scopes})
-        theta, result = fit_features(features, np.zeros(features.n_features), data, method, model.variables, states,
-                                     zeros, hierarchical_free_parameters(scopes, model.states), tol=tol,
-                                     max_iter=max_iter, client=client, progress=progress, callback=callback,
-                                     l1=l1, l2=l2, goodness_of_fit=goodness_of_fit)
-        result.model = model.with_structural_zeros(zeros).with_log_potentials(features.log_potentials(theta))
-        return result
+        fitted = model.with_structural_zeros(zeros)
+        return fit_features(features, np.zeros(features.n_features),
+                            lambda theta: fitted.with_log_potentials(features.log_potentials(theta)), data, method,
+                            model.variables, states, zeros, hierarchical_free_parameters(scopes, model.states),
+                            tol=tol, max_iter=max_iter, client=client, progress=progress, callback=callback,
+                            l1=l1, l2=l2, goodness_of_fit=goodness_of_fit)
     offsets = zero_offsets(zeros)
     cards = {v: model.cardinality(v) for v in model.variables}
     # the junction tree before the pass: a model too dense for exact IPF is refused (TreeTooLarge)
@@ -75,14 +75,14 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     fitted = model.with_structural_zeros(zeros).with_log_potentials(log_potentials)
     engine = engine_for(model.variables, states, offsets)
     _, log_z = engine({s: log_potentials[s] for s in scopes}, [])
-    result = FitResult(model=fitted, method=method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
-                       converged=converged, n_iter=n_iter, n_rows=n,
-                       n_params=hierarchical_free_parameters(scopes, model.states), history=history)
+    n_params = hierarchical_free_parameters(scopes, model.states)
+    goodness = None
     if saturated and isinstance(engine, JointEngine):
         # one indicator per margin cell, as LogLinearModel.from_margins (only the design's rank is used)
         features = FeatureSet.indicators({s: counts[s].shape for s in scopes})
-        add_goodness_of_fit(result, features, engine, {s: log_potentials[s] for s in scopes}, tables[saturated],
-                            saturated)
-    if not converged:
-        warn_not_converged(method, n_iter)
-    return result
+        goodness = saturated_goodness_of_fit(features, engine, {s: log_potentials[s] for s in scopes},
+                                             tables[saturated], saturated, n_params)
+    return fit_result(fitted, method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
+                      converged=converged, n_iter=n_iter, n_rows=n, n_params=n_params, history=history,
+                      goodness=goodness)
+
