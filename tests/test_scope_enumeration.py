@@ -89,7 +89,7 @@ def test_both_paths_used_in_one_call_and_no_evidence_gives_log_z():
     factors = _factors(3, False)
     observed = ["a", "b", "c", "d", "e", "f"]
     codes, weights = _rows(4, 200, observed, 0.5)
-    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=30, mask_overhead=0)
+    plan = ScopeEnumeration(VARIABLES, CARDS, factors, SCOPES, enumeration_limit=130, mask_overhead=0)
     patterns = {tuple(r) for r in (codes < 0)}
     routes = {p: plan._plan(np.array(p)) is None for p in patterns}
     assert any(routes.values()) and not all(routes.values())  # some patterns enumerated, some on the tree
