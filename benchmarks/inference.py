@@ -269,12 +269,13 @@ def _plot(report: dict, path: Path) -> None:
     names = [r["network"] for r in rows]
     x = np.arange(len(names))
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
-    width = 0.2
+    width = 0.16
     for k, (key, label) in enumerate([("posteriors_rows_per_s", "dpgm posteriors"),
+                                      ("dense_rows_per_s", "dpgm posteriors, dense kernel only (no pruning)"),
                                       ("expected_counts_rows_per_s", "dpgm E step"),
                                       ("map_rows_per_s", "dpgm MAP")]):
-        left.bar(x + (k - 1.5) * width, [r[key] for r in rows], width, label=label)
-    left.bar(x + 1.5 * width, [r["pyagrum"]["rows_per_s"] for r in rows], width, label="pyAgrum LazyPropagation")
+        left.bar(x + (k - 2) * width, [r.get(key, np.nan) for r in rows], width, label=label)
+    left.bar(x + 2 * width, [r["pyagrum"]["rows_per_s"] for r in rows], width, label="pyAgrum LazyPropagation")
     left.set_yscale("log")
     left.set_xticks(x, [f"{n} (w{r['width']}, {r['total_table_size']:,})" for n, r in zip(names, rows, strict=True)],
                     fontsize=7, rotation=35, ha="right")
