@@ -280,6 +280,23 @@ def _lost_scheduler(client: Client, where: str) -> Iterator[None]:
                                    f"{type(error).__name__}: {error}") from error
 
 
+def quiet_client_logs() -> None:
+    """Keep the Dask client's own error logs (tracebacks while it tries to reconnect to a lost
+    scheduler) off stderr: the caller reports the failure once."""
+    import distributed  # noqa: F401  (configures its loggers on import: set the level after)
+
+    logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+
+
+def performance_report(path: str | os.PathLike[str] | None) -> contextlib.AbstractContextManager:
+    """``distributed.performance_report`` into ``path`` (written when the block ends), or nothing."""
+    if path is None:
+        return contextlib.nullcontext()
+    from distributed import performance_report as report
+
+    return report(filename=str(path))
+
+
 @contextlib.contextmanager
 def iteration_span(name: str, iteration: int) -> Iterator[None]:
     """Tag the tasks of one iteration's pass as the span ``(name, "iteration-<k>")`` in the dashboard."""
