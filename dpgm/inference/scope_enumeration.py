@@ -187,7 +187,8 @@ class ScopeEnumeration:
             plan = self._plan(mask)
             # a pattern is enumerated when it is cheaper per row and its rows repay the fixed cost of
             # setting it up (a few small NumPy calls per factor, ~MASK_OVERHEAD cells of a propagation each)
-            if plan is None or len(rows) * (self.tree_cost - plan[2]) <= self.mask_overhead * len(self.factor_scopes):
+            if plan is None or (self.mask_overhead
+                                and len(rows) * (self.tree_cost - plan[2]) <= self.mask_overhead * len(self.factor_scopes)):
                 tree_rows.append(rows)
                 continue
             log_evidence[rows] = self._enumerate(plan, evidence[rows], pattern_weights[rows], counts)
