@@ -40,7 +40,16 @@ import numpy as np
 from dpgm.algorithms.result import log_iteration
 from dpgm.inference.triangulation import clique_tree
 
-__all__ = ["decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
+__all__ = ["SingularBlock", "decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
+
+
+class SingularBlock(ValueError):
+    """A block of the sample covariance that is not positive definite; ``indices``: its variables' positions."""
+
+    def __init__(self, indices: Sequence[int]):
+        self.indices = [int(i) for i in indices]
+        super().__init__(f"the sample covariance of variables {self.indices} is singular (collinear variables or "
+                         "fewer rows than variables); no finite MLE")
 
 
 def gaussian_loglik(covariance: np.ndarray, sample: np.ndarray, n: float) -> float:
@@ -85,11 +94,15 @@ def decomposable_precision(sample: np.ndarray, adjacency: np.ndarray) -> np.ndar
 
 def _inverse(block: np.ndarray, where: Sequence[int]) -> np.ndarray:
     try:
-        factor = np.linalg.inv(np.linalg.cholesky(block))  # fails unless positive definite
-        return factor.T @ factor
+        lower = np.linalg.cholesky(block)  # fails unless positive definite
     except np.linalg.LinAlgError:
-        raise ValueError(f"the sample covariance of variables {list(where)} is singular (collinear "
-                         "variables or fewer rows than variables); no finite MLE") from None
+        raise SingularBlock(where) from None
+    # a pivot at rounding level: an exact linear dependence that rounding left barely positive
+    pivots = np.diag(lower) ** 2 / np.diag(block)
+    if not pivots.min() > 1e3 * np.finfo(float).eps * len(where):
+        raise SingularBlock(where)
+    factor = np.linalg.inv(lower)
+    return factor.T @ factor
 
 
 def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: int = 1000, tol: float = 1e-10,

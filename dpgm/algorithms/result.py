@@ -110,7 +110,8 @@ class FitResult:
         if self.log_marginal_likelihood is not None:
             lines.append(f"  log marginal likelihood (Bayesian score) {self.log_marginal_likelihood:.6f}")
         if self.g2 is not None:
-            lines.append(f"  G^2 {self.g2:.6g}   Pearson X^2 {self.pearson:.6g}   df {self.df}")
+            pearson = f"   Pearson X^2 {self.pearson:.6g}" if self.pearson is not None else ""
+            lines.append(f"  G^2 {self.g2:.6g}{pearson}   df {self.df}")
         if self.history:
             last = self.history[-1]
             if last.get("max_error") is not None:
