@@ -208,10 +208,9 @@ def _grid_data(rows: int, cols: int, n: int, seed: int):
     return pd.DataFrame(values, columns=names), [(names[i], names[j]) for i, j in edges]
 
 
-def test_localised_ips_on_a_30_variable_grid_equals_direct_maximisation_with_scipy():
-    """A 5 x 6 grid (non-decomposable; its triangulation's cliques each hold several of the graph's edges): IPS
-    with the updates kept local to the triangulation's cliques against SciPy maximising log det K - tr(S K) over
-    the free entries (L-BFGS-B, then Newton steps with the exact Hessian to machine precision)."""
+def test_ips_on_a_30_variable_grid_equals_direct_maximisation_with_scipy():
+    """A 5 x 6 grid (non-decomposable, 49 edges): IPS against SciPy maximising log det K - tr(S K) over the free
+    entries (L-BFGS-B, then Newton steps with the exact Hessian to machine precision)."""
     import scipy.optimize
 
     frame, edges = _grid_data(5, 6, 5000, seed=11)
@@ -251,7 +250,7 @@ def test_localised_ips_on_a_30_variable_grid_equals_direct_maximisation_with_sci
     assert result.loglik == pytest.approx(loglik, abs=1e-8)
 
 
-def test_localised_ips_on_a_40_variable_decomposable_graph_equals_the_closed_form():
+def test_ips_on_a_40_variable_decomposable_graph_equals_the_closed_form():
     """A random 3-tree on 40 variables (chordal; cliques of 4 sharing triangles): IPS equals the
     clique/separator closed form."""
     rng = np.random.default_rng(12)
