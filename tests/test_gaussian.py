@@ -158,6 +158,14 @@ def test_bad_requests_are_refused():
         dpgm.fit(dpgm.GaussianGraphicalModel([("a", "k")]), ds)
     with pytest.raises(ValueError, match="no parameters yet"):
         dpgm.marginal(cycle, ["a"])
+    # 'e' = 'a' + 'b' exactly: the clique's sample covariance is singular, named by its variables
+    collinear = dpgm.from_pandas(frame.assign(e=frame["a"] + frame["b"]))
+    for method in ("ipf", "closed_form"):
+        with pytest.raises(dpgm.DataError, match=r"sample covariance of \['a', 'b', 'e'\] is singular"):
+            dpgm.fit(dpgm.GaussianGraphicalModel([("a", "b", "e"), ("e", "c")]), collinear, method=method)
+    with pytest.raises(dpgm.DataError, match="variable 'c', chunk 1: holds an infinite value"):
+        dpgm.fit(cycle, dpgm.from_pandas(frame.assign(c=np.where(np.arange(200) == 150, np.inf, frame["c"])))
+                 .chunk({"row": 100}))
 
 
 def test_covariance_selection_equals_direct_maximisation_with_scipy():
