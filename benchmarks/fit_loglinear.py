@@ -44,7 +44,8 @@ import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
 from dpgm.algorithms.ipf import ipf  # noqa: E402
-from dpgm.algorithms.tables import JointEngine, reduce_to  # noqa: E402
+from dpgm.algorithms.tables import JointEngine  # noqa: E402
+from dpgm.potentials import reduce_to  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 STORE = Path("/tmp/dpgm-bench")

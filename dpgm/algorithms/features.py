@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dpgm.algorithms.tables import JointEngine, Scope, expand
+from dpgm.algorithms.tables import JointEngine
+from dpgm.potentials import Scope, expand
 
 __all__ = ["FeatureSet"]
 

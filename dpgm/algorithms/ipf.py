@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from dpgm.algorithms.result import log_iteration
-from dpgm.algorithms.tables import Scope, loglik_from_potentials
+from dpgm.algorithms.tables import loglik_from_potentials
+from dpgm.potentials import Scope
 
 __all__ = ["IPFState", "ipf"]
 

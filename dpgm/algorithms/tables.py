@@ -19,29 +19,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["MAX_JOINT_CELLS", "JointEngine", "Scope", "expand", "loglik_from_potentials"]
+from dpgm.potentials import Scope, expand, reduce_to
 
-Scope = tuple[str, ...]
+__all__ = ["MAX_JOINT_CELLS", "JointEngine", "TreeEngine", "loglik_from_potentials"]
+
 MAX_JOINT_CELLS = 1 << 22
-
-
-def expand(table: np.ndarray, scope: Scope, variables: Sequence[str]) -> np.ndarray:
-    """View of a scope's table broadcastable against the joint over ``variables``."""
-    order = sorted(range(len(scope)), key=lambda i: variables.index(scope[i]))
-    moved = np.transpose(table, order)
-    shape = [1] * len(variables)
-    for i in order:
-        shape[variables.index(scope[i])] = table.shape[i]
-    return moved.reshape(shape)
-
-
-def reduce_to(joint: np.ndarray, variables: Sequence[str], scope: Scope) -> np.ndarray:
-    """Sum a joint table over everything but ``scope``; axes in ``scope`` order."""
-    keep = [variables.index(v) for v in scope]
-    other = tuple(i for i in range(len(variables)) if i not in keep)
-    summed = joint.sum(axis=other) if other else joint
-    kept_sorted = sorted(keep)
-    return np.transpose(summed, [kept_sorted.index(k) for k in keep])
 
 
 class JointEngine:

@@ -24,9 +24,10 @@ import numpy as np
 
 from dpgm.algorithms.ipf import IPFState, _log_ratio
 from dpgm.algorithms.result import log_iteration
-from dpgm.algorithms.tables import Scope, expand, loglik_from_potentials, reduce_to
+from dpgm.algorithms.tables import loglik_from_potentials
 from dpgm.inference.batched import BatchedTree
 from dpgm.inference.triangulation import build_tree
+from dpgm.potentials import Scope, expand, reduce_to
 
 __all__ = ["tree_ipf"]
 

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpgm.algorithms.bayesian import (
-    PRIORS,
     bayesian_network_estimate,
     log_marginal_likelihood,
     result_for,
@@ -18,6 +17,7 @@ from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
+from dpgm.cpt import PRIORS, random_tables
 from dpgm.errors import DataError
 from dpgm.models.bayesian_network import BayesianNetwork
 
@@ -86,29 +86,11 @@ def _family_plan(model: BayesianNetwork):
                       {v: model.parents(v) for v in model.variables})
 
 
-def _prior_counts(model: BayesianNetwork, prior, equivalent_sample_size: float, pseudo_counts_by_variable):
-    """The Dirichlet pseudo-counts of every family as one vector in the layout of the parameters."""
-    from dpgm.algorithms.bayesian import pseudo_counts
-
-    if prior is None:
-        return None
-    return np.concatenate([
-        pseudo_counts(f, model.cpds[f[0]].shape, prior, equivalent_sample_size,
-                      (pseudo_counts_by_variable or {}).get(f[0])).ravel()
-        for f in model.families])
-
-
 def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state) -> list[np.ndarray]:
-    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``, drawn on arrays (same draws)."""
+    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``: the same draw, flattened."""
     rng = np.random.default_rng(random_state)
-    starts = []
-    for _ in range(n_init):
-        tables = {}
-        for v, table in model.cpds.items():  # the order BayesianNetwork.randomized draws in
-            columns = rng.dirichlet(np.ones(table.shape[0]), int(np.prod(table.shape[1:])))
-            tables[v] = columns.T.reshape(table.shape)
-        starts.append(plan.flatten(tables))
-    return starts
+    shapes = {v: table.shape for v, table in model.cpds.items()}
+    return [plan.flatten(random_tables(rng, shapes)) for _ in range(n_init)]
 
 
 def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
@@ -134,7 +116,7 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     check_variables(observed, model.states, states)
     plan = _family_plan(model)
-    pseudo = _prior_counts(model, prior, equivalent_sample_size, pseudo_counts)
+    pseudo = plan.pseudo_counts(prior, equivalent_sample_size, pseudo_counts)
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
 

@@ -176,6 +176,8 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
         ("GaussianGraphicalModel", "glasso"): stop | missing | {"alpha": Interval(float, 0.0)},
         ("LinearGaussianNetwork", "mle"): missing,
         ("GLMConditional", "irls"): stop | missing,
+        ("HybridNetwork", "mle"): stop | missing,
+        ("HybridNetwork", "em"): {k: v for k, v in em.items() if k not in ("checkpoint", "resume", "init")},
         ("GaussianMixture", "em"): em | {"init": _Anything("None, 'k-means++', 'random', 'model' or a dict of "
                                                             "weights, means and covariances or precisions"),
                                          "reg_covar": Interval(float, 0.0)},
@@ -199,7 +201,8 @@ class _Anything(_Constraint):
 
 DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearModel": "lbfgs",
                    "HiddenMarkovModel": "em", "GaussianGraphicalModel": "ipf",
-                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em", "GLMConditional": "irls"}
+                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em", "GLMConditional": "irls",
+                   "HybridNetwork": "mle"}
 
 # options that do not change what a fit converges to: a checkpoint may be resumed with other values
 RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist")

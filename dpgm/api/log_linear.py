@@ -14,11 +14,12 @@ from dpgm.algorithms.gis import gis
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.gradient import lbfgs, newton, proximal_gradient
 from dpgm.algorithms.result import FitResult
-from dpgm.algorithms.tables import MAX_JOINT_CELLS, JointEngine, Scope, TreeEngine
+from dpgm.algorithms.tables import MAX_JOINT_CELLS, JointEngine, TreeEngine
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.errors import ConvergenceWarning, DataError
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros, zeros_log_factor
+from dpgm.potentials import Scope, reduce_to
 
 
 def engine_for(variables: Sequence[str], states: dict, offsets: dict[Scope, np.ndarray] | None = None):
@@ -107,7 +108,7 @@ def add_goodness_of_fit(result: FitResult, features: FeatureSet, joint_engine: J
                         log_potentials: dict, observed: xr.DataArray, saturated: Scope) -> None:
     """G^2, X^2 and df against the saturated table (the engine's structural zeros left out)."""
     probabilities = joint_engine.joint(log_potentials)
-    observed = np.transpose(observed.values, [saturated.index(v) for v in joint_engine.variables])
+    observed = reduce_to(observed.values, saturated, joint_engine.variables)
     zeros = joint_engine.zeros()
     result.g2, result.pearson = deviance_and_pearson(observed, probabilities, zeros)
     result.df = int(observed.size - 1 - result.n_params)

@@ -20,6 +20,7 @@ from dpgm.api.log_linear import (
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
+from dpgm.potentials import reduce_to
 
 _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
 
@@ -91,4 +92,4 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
 def _align(log_potentials: dict, scope: tuple[str, ...]) -> np.ndarray:
     """The log table of ``scope`` from tables keyed by the same variables in canonical order."""
     key = next(k for k in log_potentials if set(k) == set(scope))
-    return np.transpose(log_potentials[key], [key.index(v) for v in scope])
+    return reduce_to(log_potentials[key], key, scope)

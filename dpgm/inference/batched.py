@@ -59,6 +59,7 @@ import opt_einsum
 from dpgm.inference import propagation
 from dpgm.inference.propagation import SoftEvidence, TreeLayout, compile_layout, distinct_rows
 from dpgm.inference.triangulation import TreeStructure, build_tree
+from dpgm.potentials import reduce_to
 
 __all__ = ["BatchedTree", "ImpossibleEvidenceError"]
 
@@ -381,10 +382,6 @@ class BatchedTree:
             if not holders:
                 raise ValueError(f"no clique contains the scope {scope!r}; cliques: {list(self.structure.cliques)}")
             clique = min(holders, key=self.structure.table_size)
-            table = clique_counts[clique]
-            axes = tuple(i for i, v in enumerate(clique) if v not in scope)
-            reduced = table.sum(axis=axes) if axes else table
-            kept = [v for v in clique if v in scope]
-            out[scope] = np.transpose(reduced, [kept.index(v) for v in scope])
+            out[scope] = reduce_to(clique_counts[clique], clique, scope)
         return out
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import state_index
 from dpgm.inference.batched import BatchedTree, ImpossibleEvidenceError
 from dpgm.inference.triangulation import MAX_TABLE_SIZE, build_tree
+from dpgm.potentials import marginal, state_index
 
 __all__ = ["JunctionTree", "model_factors"]
 
@@ -339,7 +339,7 @@ class JunctionTree:
     ) -> dict[tuple[tuple[str, ...], tuple[str, ...]], xr.DataArray]:
         """Every separator's posterior marginal, keyed like :attr:`separators`."""
         cliques = self.clique_marginals(evidence)
-        return {edge: cliques[edge[0]].sum([v for v in edge[0] if v not in scope]).transpose(*scope)
+        return {edge: marginal(cliques[edge[0]], scope)
                 for edge, scope in self.separators.items()}
 
     def marginals(self, evidence: Mapping[str, Any] | None = None) -> dict[str, xr.DataArray]:

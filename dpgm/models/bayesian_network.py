@@ -96,11 +96,10 @@ class BayesianNetwork:
 
     def randomized(self, rng: np.random.Generator, concentration: float = 1.0) -> BayesianNetwork:
         """Tables drawn from Dirichlet(``concentration``) column by column (a random EM start)."""
-        cpds = {}
-        for v, table in self.cpds.items():
-            columns = rng.dirichlet(np.full(table.shape[0], concentration), int(np.prod(table.shape[1:])))
-            cpds[v] = table.copy(data=columns.T.reshape(table.shape))
-        return BayesianNetwork(cpds)
+        from dpgm.cpt import random_tables
+
+        tables = random_tables(rng, {v: table.shape for v, table in self.cpds.items()}, concentration)
+        return BayesianNetwork({v: table.copy(data=tables[v]) for v, table in self.cpds.items()})
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""

@@ -159,6 +159,9 @@ def _register_builtin() -> None:
     from dpgm.models.glm import GLMConditional
 
     register(GLMConditional, lambda m: m._to_store(), GLMConditional._from_store)
+    from dpgm.models.hybrid import HybridNetwork
+
+    register(HybridNetwork, lambda m: m._to_store(), HybridNetwork._from_store)
 
     from dpgm.models.markov import MarkovNetwork
 
