@@ -9,7 +9,8 @@ mixture (full covariances, seed fixed), float64, written to Zarr under
 /tmp/dpgm-bench (chunks of N/8 rows, at most 500,000). Both fits start from the
 same parameters (``init=`` a dict for dpgm; ``weights_init``/``means_init``/
 ``precisions_init`` for scikit-learn) and run K iterations without early stopping,
-in the same run:
+in the same run, one N after the other (all four fits of one N back to back, so
+they see the same load on a shared machine):
 
 * **dpgm cluster**: ``dpgm.fit(GaussianMixture(5, variables, "full"), store, init=start,
   max_iter=K, tol=0)`` on a LocalCluster of 2 processes x 1 thread (and of 1 process
@@ -128,53 +129,53 @@ def _rel(a: np.ndarray, b: np.ndarray | None) -> float | None:
 
 
 def _peak_rss_mb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory (VmHWM: reset by exec, unlike getrusage's maxrss)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def run(sizes: list[int], iterations: int, memory_max: int, sklearn_max: int) -> list[dict]:
-    rows, data = [], {}
-    for n in sizes:
-        data[n] = _store(n)
-    for n in sizes:
-        x, _ = data[n]
-        start = _start(x)
-        row = {"rows": n, "iterations": iterations}
-        if n <= sklearn_max:
-            per_iter, reference = _sklearn(x, start, iterations)
-            row["sklearn"] = {"seconds_per_iter": per_iter, "cores": 1}
-        else:  # scikit-learn is not run beyond --sklearn-max rows: no comparison
+    """For each N in turn, side by side: scikit-learn, dpgm in memory, dpgm on 2 workers and on 1 worker."""
+    import contextlib
+
+    rows = []
+    with contextlib.ExitStack() as stack:
+        clients = {workers: stack.enter_context(dpgm.connect(n_workers=workers, dashboard_address=":0"))
+                   for workers in (2, 1)}
+        for n in sizes:
+            x, path = _store(n)
+            start = _start(x)
+            row = {"rows": n, "iterations": iterations}
             reference = None
-        if n <= memory_max:
-            per_iter, history, passes = _dpgm(_dataset(x), start, iterations)
-            row["dpgm_in_memory"] = {"seconds_per_iter": per_iter, "cores": 2, "passes": passes,
-                                     "loglik_max_rel_diff": _rel(history, reference)}
-        row["_reference"], row["_start"] = reference, start
-        rows.append(row)
-        if "sklearn" in row:
-            print(f"N={n:.0e}: sklearn {row['sklearn']['seconds_per_iter']:.3f} s/it", flush=True)
-    for workers in (2, 1):
-        with dpgm.connect(n_workers=workers, dashboard_address=":0") as client:
-            client.run(lambda: None)
-            _dpgm(dpgm.open_dataset(data[sizes[0]][1]), rows[0]["_start"], 1, client=client)  # workers' imports
-            for row in rows:
-                n = row["rows"]
-                if workers == 1 and n != 1_000_000:
+            if n <= sklearn_max:
+                per_iter, reference = _sklearn(x, start, iterations)
+                row["sklearn"] = {"seconds_per_iter": per_iter, "cores": 1}
+                print(f"N={n:.0e}: sklearn {per_iter:.3f} s/it", flush=True)
+            if n <= memory_max:
+                per_iter, history, passes = _dpgm(_dataset(x), start, iterations)
+                row["dpgm_in_memory"] = {"seconds_per_iter": per_iter, "cores": 1, "passes": passes,
+                                         "loglik_max_rel_diff": _rel(history, reference)}
+            del x
+            for workers, client in clients.items():
+                if workers == 1 and n > 1_000_000:
                     continue
-                per_iter, history, passes = _dpgm(dpgm.open_dataset(data[n][1]), row["_start"], iterations, client)
+                if n == sizes[0]:  # the workers' imports and the numba/BLAS warm-up, not timed
+                    _dpgm(dpgm.open_dataset(path), start, 1, client=client)
+                per_iter, history, passes = _dpgm(dpgm.open_dataset(path), start, iterations, client)
                 key = "dpgm_cluster" if workers == 2 else "dpgm_cluster_1_worker"
                 row[key] = {"seconds_per_iter": per_iter, "cores": workers, "passes": passes,
-                            "loglik_max_rel_diff": _rel(history, row["_reference"]),
+                            "loglik_max_rel_diff": _rel(history, reference),
                             "worker_peak_rss_mb": max(client.run(_peak_rss_mb).values())}
                 print(f"N={n:.0e}: dpgm {workers} worker(s) {per_iter:.3f} s/it, worker peak "
                       f"{row[key]['worker_peak_rss_mb']:.0f} MB", flush=True)
-    for row in rows:
-        del row["_reference"], row["_start"]
-        for key in ("dpgm_in_memory", "dpgm_cluster", "dpgm_cluster_1_worker", "sklearn"):
-            if key in row:
-                v = row[key]
-                v["rows_per_s_per_core"] = row["rows"] / (v["seconds_per_iter"] * v["cores"])
+            for key in ("dpgm_in_memory", "dpgm_cluster", "dpgm_cluster_1_worker", "sklearn"):
+                if key in row:
+                    v = row[key]
+                    v["rows_per_s_per_core"] = n / (v["seconds_per_iter"] * v["cores"])
+            rows.append(row)
     return rows
 
 
@@ -195,6 +196,42 @@ def _plot(rows: list[dict], path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def kernel_comparison(rows: int = 125_000, repeats: int = 7) -> dict:
+    """One core, one chunk, in this process: dpgm's E-step kernel (responsibility-weighted statistics and the
+    log-likelihood of ``rows`` rows) against scikit-learn's ``_e_step`` + ``_m_step`` on the same rows, timed
+    alternately, best of ``repeats`` (the least disturbed run on a shared machine)."""
+    from sklearn.mixture import GaussianMixture
+    from sklearn.mixture._gaussian_mixture import _compute_precision_cholesky
+
+    from dpgm.stats.mixture import ComponentParameters, estep_chunk
+
+    x = _sample(rows)
+    start = _start(x)
+    params = ComponentParameters.build(start["weights"], start["means"], start["covariances"])
+    weights = np.ones(rows)
+    reference = GaussianMixture(K, covariance_type="full")
+
+    def sklearn_step():
+        reference.weights_, reference.means_ = start["weights"], start["means"]
+        reference.covariances_ = start["covariances"]
+        reference.precisions_cholesky_ = _compute_precision_cholesky(start["covariances"], "full")
+        _, log_resp = reference._e_step(x)
+        reference._m_step(x, log_resp)
+
+    ours, theirs = [], []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        estep_chunk(x, weights, [(params, False)])
+        ours.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        sklearn_step()
+        theirs.append(time.perf_counter() - began)
+    row = {"rows": rows, "repeats": repeats, "dpgm_kernel_seconds": min(ours), "sklearn_e_m_seconds": min(theirs),
+           "speedup": min(theirs) / min(ours)}
+    print(json.dumps(row), flush=True)
+    return row
 
 
 # ---------------------------------------------------------------- covariance selection on 200 variables
@@ -324,6 +361,14 @@ def _markdown(report: dict) -> str:
                 f"{fmt(ref and one and one['rows_per_s_per_core'] / ref['rows_per_s_per_core'], '.2f')} | "
                 f"{fmt(ref and ref['seconds_per_iter'] / clu['seconds_per_iter'], '.2f')} | "
                 f"{clu['worker_peak_rss_mb']:.0f} | {fmt(clu['loglik_max_rel_diff'], '.1e')} |")
+    kernel = report.get("kernel")
+    if kernel:
+        lines += ["", "### One chunk on one core: the E-step kernel against scikit-learn's E and M steps", "",
+                  f"{kernel['rows']:,} rows, same start, in one process, the two timed alternately, best of "
+                  f"{kernel['repeats']} (`--part kernel`): the per-core comparison least disturbed by the load.", "",
+                  "| rows | dpgm kernel s | scikit-learn _e_step + _m_step s | dpgm faster by |", "|---|---|---|---|",
+                  f"| {kernel['rows']:,} | {kernel['dpgm_kernel_seconds']:.3f} | {kernel['sklearn_e_m_seconds']:.3f} | "
+                  f"{kernel['speedup']:.2f}x |"]
     ggm = report.get("covariance_selection")
     if ggm:
         lines += ["", "## Covariance selection on a sparse 200-variable graph", "",
@@ -345,7 +390,7 @@ def _markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1e5 rows only (under a minute)")
-    parser.add_argument("--part", choices=["gmm", "ggm", "all"], default="all")
+    parser.add_argument("--part", choices=["gmm", "kernel", "ggm", "all"], default="all")
     parser.add_argument("--rows", type=float, nargs="*", help="numbers of rows of the GMM part")
     parser.add_argument("--ggm-rows", type=float, default=1e7, help="rows of the covariance-selection part")
     parser.add_argument("--iterations", type=int, help="EM iterations (default 5; 3 with --quick)")
@@ -361,11 +406,14 @@ def main(argv: list[str] | None = None) -> None:
     previous = json.loads((out / "gaussian.json").read_text()) if (out / "gaussian.json").exists() else {}
     report = {"benchmark": "gaussian", "quick": args.quick,
               "notes": "BLAS threads pinned to 1; the machine's 2 cores are shared with other sessions",
-              "gmm": previous.get("gmm"), "covariance_selection": previous.get("covariance_selection")}
+              "gmm": previous.get("gmm"), "kernel": previous.get("kernel"),
+              "covariance_selection": previous.get("covariance_selection")}
     if args.part in ("gmm", "all"):
         rows = run(sizes, iterations, int(args.memory_max), int(args.sklearn_max))
         report["gmm"] = {"iterations": iterations, "components": K, "dimensions": P, "rows": rows}
         _plot(rows, out / "gaussian.png")
+    if args.part in ("kernel", "gmm", "all"):
+        report["kernel"] = kernel_comparison(20_000 if args.quick else 125_000)
     if args.part in ("ggm", "all"):
         report["covariance_selection"] = [covariance_selection(20_000 if args.quick else int(args.ggm_rows))]
     (out / "gaussian.json").write_text(json.dumps(report, indent=2))
