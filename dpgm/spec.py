@@ -107,8 +107,8 @@ STRUCTURE_KEYS = {
     "gaussian_graphical": ("model", "method", "edges", "cliques", "variables"),
     "gaussian_mixture": ("model", "method", "n_components", "variables", "covariance_type"),
     "linear_gaussian": ("model", "method", "edges", "variables"),
-    "glm": ("model", "method", "child", "parents", "family", "l2"),
-    "hybrid_network": ("model", "method", "edges", "families", "variables", "latent", "l2"),
+    "glm": ("model", "method", "child", "parents", "family"),  # and l2, the model's ridge penalty
+    "hybrid_network": ("model", "method", "edges", "families", "variables", "latent"),
 }
 _CONTINUOUS_KINDS = ("gaussian_graphical", "gaussian_mixture", "linear_gaussian")
 # options a specification cannot hold: they are the command line's (--checkpoint, --resume)
@@ -325,7 +325,7 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
         return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), method, options
     if kind in ("glm", "hybrid_network"):
         latent = kind == "hybrid_network" and bool(spec.get("latent"))
-        return _build_glm(spec, kind, states), method or ("em" if latent else None), options
+        return _build_glm(spec, kind, states, options), method or ("em" if latent else None), options
     raise AssertionError(kind)  # pragma: no cover - every kind of STRUCTURE_KEYS is built above
 
 
@@ -387,15 +387,15 @@ def _build_continuous(spec: dict[str, Any], kind: str, states: dict[str, tuple[s
         raise SpecError(f"{kind}: {error}") from None
 
 
-def _build_glm(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]]) -> Any:
-    """A GLMConditional or a HybridNetwork from its keys (families and parents checked by the model)."""
+def _build_glm(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]], options: dict[str, Any]) -> Any:
+    """A GLMConditional or a HybridNetwork from its keys (families and parents checked by the model).
+
+    ``l2`` is the model's ridge penalty, not an option of the fit: taken out of ``options``.
+    """
     from dpgm.models.glm import GLMConditional
     from dpgm.models.hybrid import HybridNetwork
 
-    l2 = spec.get("l2", 0.0)
-    if isinstance(l2, str):
-        with contextlib.suppress(ValueError):
-            l2 = float(l2)
+    l2 = options.pop("l2", 0.0)
     try:
         if kind == "glm":
             parents = spec.get("parents", [])

@@ -67,3 +67,26 @@ def test_fit_glm_and_hybrid_specifications_from_the_command_line(tmp_path):
     np.testing.assert_allclose(written[:, 1], oracle.predict(design), rtol=1e-8)
     bad = run("fit", tmp_path / "glm.yaml", store, "--out", tmp_path / "again", "--method", "em", check=False)
     assert bad.returncode == 78 and "GLMConditional" in bad.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"model": "glm", "child": "y", "parents": ["x"], "family": "probit"}, "unknown family 'probit'"),
+    ({"model": "glm", "parents": ["x"]}, "needs 'child'"),
+    ({"model": "glm", "child": "y", "parents": ["x"], "n_init": 3}, "n_init"),
+    ({"model": "hybrid_network", "edges": [["x", "y"]], "families": {"y": "cauchy"}}, "unknown family 'cauchy'"),
+    ({"model": "hybrid_network", "edges": [["x", "y"]], "latent": {"x": ["a", "b"]}}, "latent variable 'x'"),
+])
+def test_glm_specifications_are_checked_before_any_pass(spec, message):
+    from dpgm.spec import SpecError, build_model
+
+    with pytest.raises(SpecError, match=message):
+        build_model(spec, {"x": ("a", "b"), "y": ("no", "yes")})
+
+
+def test_l2_is_the_glm_penalty_and_stays_a_log_linear_option():
+    from dpgm.spec import build_model
+
+    model, _, options = build_model({"model": "glm", "child": "y", "parents": ["x"], "l2": "1e-3"}, {})
+    assert model.l2 == 1e-3 and options == {}
+    _, _, options = build_model({"model": "log_linear", "margins": [["x"]], "l2": 0.5}, {"x": ("a", "b")})
+    assert options == {"l2": 0.5}

@@ -105,3 +105,89 @@ def test_em_needs_one_latent_root_with_states():
     with pytest.raises(dpgm.DataError, match="exactly one latent"):
         dpgm.fit(dpgm.HybridNetwork([("z", "y"), ("w", "y"), ("x", "y")], {"x": "gaussian", "y": "gaussian"},
                                     states={"z": ["a", "b"], "w": ["a", "b"]}), data, method="em")
+
+
+def _numpy_latent_class_regression(x, t, b, y, n_starts=12, seed=7):
+    """EM for z -> t (table), (z, x) -> b (logistic per class), (z, x) -> y (linear per class).
+
+    Written from the textbook: the logistic M step is a weighted fit iterated by Newton to
+    convergence (an exact M step, where dpgm takes one Newton step per iteration).
+    """
+    rng = np.random.default_rng(seed)
+    design = np.column_stack([np.ones_like(x), x])
+    best = -np.inf
+    for _ in range(n_starts):
+        r = rng.dirichlet([1.0, 1.0], size=len(x))
+        previous, coef_b = -np.inf, [np.zeros(2), np.zeros(2)]
+        for _ in range(3000):
+            pi = r.mean(axis=0)
+            table = np.array([[r[t == s, k].sum() for s in range(3)] for k in range(2)])
+            table /= table.sum(axis=1, keepdims=True)
+            logp = np.log(pi)[None, :] + np.log(table[:, t]).T
+            for k in range(2):
+                w = r[:, k]
+                beta = np.linalg.solve(design.T @ (design * w[:, None]), design.T @ (w * y))
+                s2 = w @ (y - design @ beta) ** 2 / w.sum()
+                logp[:, k] += -0.5 * (np.log(2 * np.pi * s2) + (y - design @ beta) ** 2 / s2)
+                g = coef_b[k]
+                for _ in range(50):
+                    p = 1 / (1 + np.exp(-design @ g))
+                    step = np.linalg.solve(design.T @ (design * (w * p * (1 - p))[:, None]), design.T @ (w * (b - p)))
+                    g = g + step
+                    if np.abs(step).max() < 1e-13:
+                        break
+                coef_b[k] = g
+                eta = design @ g
+                logp[:, k] += b * eta - np.logaddexp(0, eta)
+            norm = logsumexp(logp, axis=1)
+            loglik = norm.sum()
+            r = np.exp(logp - norm[:, None])
+            if abs(loglik - previous) <= 1e-14 * abs(loglik):
+                break
+            previous = loglik
+        best = max(best, loglik)
+    return best
+
+
+def test_latent_class_regression_with_a_table_a_logistic_and_a_linear_child():
+    """Mixed children of one latent class: the best of 10 restarts reaches the NumPy EM's optimum (1e-6 abs).
+
+    The EM log-likelihood is evaluated at the parameters of the E step, so both sides report
+    the same function; the x root's gaussian MLE log-likelihood is added to the oracle.
+    """
+    rng = np.random.default_rng(3)
+    n = 1200
+    x = rng.normal(size=n)
+    z = rng.random(n) < 0.45
+    t = np.where(z, rng.choice(3, n, p=[0.6, 0.3, 0.1]), rng.choice(3, n, p=[0.1, 0.3, 0.6]))
+    b = (rng.random(n) < 1 / (1 + np.exp(-np.where(z, 1.0 + 1.5 * x, -1.0 - 0.5 * x)))).astype(int)
+    y = np.where(z, 2.0 + x, -1.0 + 0.3 * x) + rng.normal(0, np.where(z, 0.8, 1.2))
+    frame = pd.DataFrame({"x": x, "t": pd.Categorical.from_codes(t, ["lo", "mid", "hi"]),
+                          "b": pd.Categorical.from_codes(b, ["no", "yes"]), "y": y})
+    network = dpgm.HybridNetwork([("z", "t"), ("z", "b"), ("x", "b"), ("z", "y"), ("x", "y")],
+                                 families={"x": "gaussian", "b": "bernoulli", "y": "gaussian"},
+                                 states={"z": ["one", "two"]})
+    result = dpgm.fit(network, dpgm.from_pandas(frame), method="em", n_init=10, random_state=1, tol=1e-14,
+                      max_iter=5000)
+    optimum = _numpy_latent_class_regression(x, t, b.astype(float), y)
+    x_loglik = -0.5 * n * (np.log(2 * np.pi * x.var()) + 1)
+    assert result.loglik == pytest.approx(optimum + x_loglik, abs=1e-6)
+    assert result.model.conditionals["b"].coefficients.dims == ("term", "z")
+    assert result.model.tables["t"].dims == ("t", "z")
+
+
+def test_a_fit_stopped_and_resumed_from_its_checkpoint_equals_an_uninterrupted_one(tmp_path):
+    """Checkpoint after 4 iterations, resume to convergence: the same restarts, log-likelihoods and coefficients
+    as one uninterrupted fit (rel 1e-12: the same arithmetic from parameters saved as float64)."""
+    data = dpgm.from_pandas(_data(n=600, seed=2))
+    network = dpgm.HybridNetwork([("z", "y"), ("x", "y")], families={"x": "gaussian", "y": "gaussian"},
+                                 states={"z": ["a", "b"]})
+    options = {"method": "em", "n_init": 3, "random_state": 5, "tol": 1e-10}
+    whole = dpgm.fit(network, data, **options)
+    with pytest.warns(dpgm.ConvergenceWarning):
+        dpgm.fit(network, data, max_iter=4, checkpoint=str(tmp_path / "ck"), **options)
+    resumed = dpgm.fit(network, data, resume=str(tmp_path / "ck"), **options)
+    np.testing.assert_allclose(resumed.info["restart_logliks"], whole.info["restart_logliks"], rtol=1e-12)
+    np.testing.assert_allclose(resumed.model.conditionals["y"].coefficients.values,
+                               whole.model.conditionals["y"].coefficients.values, rtol=1e-10)
+    assert resumed.n_iter == whole.n_iter

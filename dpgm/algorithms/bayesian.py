@@ -11,14 +11,15 @@ import numpy as np
 import xarray as xr
 from scipy.special import gammaln
 
-from dpgm.algorithms.result import FitResult
 from dpgm.cpt import PRIORS, CPTLayout, pseudo_counts
 from dpgm.models.bayesian_network import BayesianNetwork
 
 __all__ = [
     "bayesian_network_estimate",
     "family_log_marginal_likelihood",
+    "family_loglik",
     "log_marginal_likelihood",
+    "n_free_parameters",
 ]
 
 
@@ -197,19 +198,3 @@ def n_free_parameters(model: BayesianNetwork) -> int:
     """Free parameters: ``sum (r - 1) q`` over the variables."""
     return int(sum((model.cardinality(v) - 1) * int(np.prod([model.cardinality(p) for p in model.parents(v)]))
                    for v in model.variables))
-
-
-def result_for(model: BayesianNetwork, family_counts, n_rows: float, method: str, info: dict,
-               log_marginal_likelihood: float | None = None) -> FitResult:
-    """A closed-form FitResult for a Bayesian network (with the Bayesian score for ``method="bayes"``)."""
-    return FitResult(
-        model=model,
-        method=method,
-        loglik=family_loglik(model, family_counts),
-        converged=True,
-        n_iter=0,
-        n_rows=n_rows,
-        n_params=n_free_parameters(model),
-        info=info,
-        log_marginal_likelihood=log_marginal_likelihood,
-    )

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from dpgm.algorithms.result import log_iteration
+from dpgm.algorithms.result import log_iteration, parameter_change
 from dpgm.inference.triangulation import clique_tree
 
 __all__ = ["SingularBlock", "decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
@@ -118,6 +118,8 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
     once a sweep (no drift). Stops when every clique's block of the fitted covariance
     is within ``tol`` (largest absolute difference, relative to the largest
     variance) of ``S``.
+    Each sweep's record has ``param_change``: the largest absolute change of a
+    precision entry in the sweep.
     """
     cliques = [np.asarray(c) for c in maximal_cliques(adjacency)]
     plan = [(c, np.ix_(c, c), _inverse(sample[np.ix_(c, c)], c), sample[np.ix_(c, c)]) for c in cliques]
@@ -130,6 +132,7 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
     iteration = 0
     for iteration in range(1, max_iter + 1):
         error = 0.0
+        before = precision.copy()
         for clique, index, target, block_sample in plan:
             columns = covariance[:, clique]
             block = columns[clique]
@@ -146,6 +149,7 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
             "iteration": iteration,
             "loglik": gaussian_loglik(covariance, sample, n),
             "max_error": error,
+            "param_change": parameter_change(before, precision),
             "seconds": time.perf_counter() - start,
         })
         if error < tol:

@@ -43,7 +43,7 @@ class IRLSResult:
     converged: bool
     n_iter: int
     passes: int
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, float | None]] = field(default_factory=list)
 
 
 def solve_normal_equations(xtwx: np.ndarray, xtwz: np.ndarray, penalty: np.ndarray,
@@ -90,13 +90,14 @@ class IRLSNode:
     """
 
     def __init__(self, *, labels: Sequence[str], penalty: np.ndarray, tol: float, max_iter: int,
-                 closed_form: bool = False, callback: Callable[[dict[str, float]], None] | None = None):
+                 closed_form: bool = False, callback: Callable[[dict[str, float | None]], None] | None = None):
         self.labels, self.penalty, self.tol, self.max_iter = list(labels), penalty, tol, max_iter
         self.closed_form, self.callback = closed_form, callback
         self.start = time.perf_counter()
         self.beta: np.ndarray | None = None
         self.statistics: dict[str, Any] | None = None
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, float | None]] = []
+        self.recorded: np.ndarray | None = None  # coefficients of the last record
         self.previous: float | None = None
         self.previous_beta: np.ndarray | None = None
         self.converged, self.done = False, False
@@ -159,7 +160,10 @@ class IRLSNode:
         self.converged = self.done = True
 
     def _record(self, deviance: float) -> None:
-        record = {"iteration": float(self.iteration), "deviance": deviance,
+        beta = np.asarray(self.beta, dtype=float)
+        change = None if self.recorded is None else float(np.abs(beta - self.recorded).max())
+        self.recorded = beta.copy()
+        record = {"iteration": float(self.iteration), "deviance": deviance, "param_change": change,
                   "seconds": time.perf_counter() - self.start}
         self.history.append(record)
         if self.callback is not None:
@@ -183,7 +187,7 @@ def irls(
     tol: float,
     max_iter: int,
     closed_form: bool = False,
-    callback: Callable[[dict[str, float]], None] | None = None,
+    callback: Callable[[dict[str, float | None]], None] | None = None,
 ) -> IRLSResult:
     """Fit a GLM by IRLS, one ``step`` (one pass over the data) per iteration.
 
@@ -203,7 +207,9 @@ def irls(
         The identity link (gaussian): the normal equations, then one refinement
         from the residuals (two passes; see :class:`IRLSNode`).
     callback
-        Called with each iteration's record (``iteration``, ``deviance``, ``seconds``).
+        Called with each iteration's record (``iteration``, ``deviance``, ``seconds``,
+        ``param_change``: the largest absolute change of a coefficient since the
+        previous record; None for the first).
 
     Returns
     -------

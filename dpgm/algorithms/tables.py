@@ -18,10 +18,12 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import xarray as xr
 
+from dpgm.models.zeros import zeros_log_factor
 from dpgm.potentials import Scope, expand, reduce_to
 
-__all__ = ["MAX_JOINT_CELLS", "JointEngine", "TreeEngine", "loglik_from_potentials"]
+__all__ = ["MAX_JOINT_CELLS", "JointEngine", "TreeEngine", "engine_for", "loglik_from_potentials", "zero_offsets"]
 
 MAX_JOINT_CELLS = 1 << 22
 
@@ -125,3 +127,19 @@ class TreeEngine:
         if not np.isfinite(log_z):
             raise ValueError("every cell of the model has probability zero")
         return self._tree.family_counts(cliques, scopes), float(log_z)
+
+
+def engine_for(variables: Sequence[str], states: dict, offsets: dict[Scope, np.ndarray] | None = None):
+    """Marginals engine for a model over ``variables``: the enumerated joint when small enough,
+    else a junction tree; ``offsets`` (structural zeros) are fixed tables of every call."""
+    cards = {v: len(states[v]) for v in variables}
+    engine = TreeEngine if math.prod(cards.values()) > MAX_JOINT_CELLS else JointEngine
+    return engine(variables, cards, fixed=offsets)
+
+
+def zero_offsets(zeros: xr.DataArray | None) -> dict[Scope, np.ndarray]:
+    """``{scope: log table}`` with ``-inf`` on the structural zeros (empty without any)."""
+    if zeros is None:
+        return {}
+    scope, table = zeros_log_factor(zeros)
+    return {scope: table}

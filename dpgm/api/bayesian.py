@@ -10,13 +10,15 @@ import numpy as np
 
 from dpgm.algorithms.bayesian import (
     bayesian_network_estimate,
+    family_loglik,
     log_marginal_likelihood,
-    result_for,
+    n_free_parameters,
 )
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
+from dpgm.api.results import fit_result
 from dpgm.cpt import PRIORS, random_tables
 from dpgm.errors import DataError
 from dpgm.models.bayesian_network import BayesianNetwork
@@ -67,16 +69,14 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
         model, tables, prior=prior, equivalent_sample_size=equivalent_sample_size,
         pseudo_counts_by_variable=pseudo_counts,
     )  # the same family counts: no further pass over the data
-    result = result_for(estimate, tables, float(tables.n_rows), method, info, log_marginal_likelihood=score)
+    n_params = n_free_parameters(estimate)
+    g2 = pearson = df = None
     if saturated:
         observed = tables[saturated].values
-        result.g2, result.pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
-        result.df = int(observed.size - 1 - result.n_params)
-    return result
-
-
-def bn_factors(model: BayesianNetwork) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    return [(tuple(map(str, model.cpds[v].dims)), model.cpds[v].values) for v in model.variables]
+        g2, pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
+        df = int(observed.size - 1 - n_params)
+    return fit_result(estimate, method, loglik=family_loglik(estimate, tables), n_rows=float(tables.n_rows),
+                      n_params=n_params, info=info, log_marginal_likelihood=score, g2=g2, pearson=pearson, df=df)
 
 
 def _family_plan(model: BayesianNetwork):

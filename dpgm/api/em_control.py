@@ -58,19 +58,13 @@ def total_rows(data, client) -> float:
 
 
 def em_result(state, method: str, n_params: int, n_rows: float) -> FitResult:
-    import warnings
-
-    from dpgm.errors import ConvergenceWarning
+    from dpgm.api.results import fit_result
 
     best = state.best
     history = state.histories[best]
-    result = FitResult(
-        model=state.models[best], method=method, loglik=history[-1]["loglik"], converged=state.converged[best],
+    return fit_result(
+        state.models[best], method, loglik=history[-1]["loglik"], converged=state.converged[best],
         n_iter=len(history), n_rows=n_rows, n_params=n_params, history=history, passes=state.passes,
         info={"restart": best, "restart_logliks": [h[-1]["loglik"] for h in state.histories],
               "restart_histories": state.histories},
     )
-    if not result.converged:
-        warnings.warn(f"EM stopped after {result.n_iter} iterations without meeting tol", ConvergenceWarning,
-                      stacklevel=3)
-    return result

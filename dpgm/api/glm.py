@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,8 +10,9 @@ import xarray as xr
 
 from dpgm.algorithms.irls import IRLSNode, IRLSResult, irls
 from dpgm.algorithms.result import FitResult
+from dpgm.api.results import fit_result, warn_convergence
 from dpgm.data.schema import Schema
-from dpgm.errors import ConvergenceWarning, DataError
+from dpgm.errors import DataError
 from dpgm.models.glm import GLMConditional
 from dpgm.stats.irls import Design
 
@@ -131,7 +131,7 @@ def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, c
     return glm_result(plan, run, tol=tol)
 
 
-def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float, stacklevel: int = 4) -> FitResult:
+def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float) -> FitResult:
     """The fitted conditional and its FitResult from an IRLS run; warns on separation or non-convergence."""
     model, design, labels, states = plan.model, plan.design, plan.labels, plan.states
     statistics, beta = run.statistics, run.coefficients
@@ -160,24 +160,20 @@ def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float, stacklevel: int = 
         standard_errors = xr.DataArray(errors, dims="term", coords=coords)
     fitted = model.with_parameters(coefficients, standard_errors, scale=scale, deviance=deviance,
                                    child_states=plan.child_states)
-    result = FitResult(model=fitted, method="irls", loglik=loglik, converged=run.converged, n_iter=run.n_iter,
-                       n_rows=n, n_params=fitted.n_free_parameters(), history=run.history, passes=run.passes)
-    result.g2 = deviance
-    result.df = int(round(n)) - p
-    result.info["n_missing"] = float(statistics["missing"])
-    result.info["scale"] = scale
-    result.info["covariance"] = covariance
+    result = fit_result(fitted, "irls", loglik=loglik, converged=run.converged, n_iter=run.n_iter, n_rows=n,
+                        n_params=fitted.n_free_parameters(), history=run.history, passes=run.passes, g2=deviance,
+                        df=int(round(n)) - p, info={"n_missing": float(statistics["missing"]), "scale": scale,
+                                                    "covariance": covariance}, warn=False)
     separated = float(statistics.get("separated", 0.0))
     if design.family in ("bernoulli", "categorical") and separated > 0:
         # perfect or quasi-complete separation: rows fitted with probability ~0 or 1, coefficients run off
         slopes = np.abs(beta) * (np.arange(p) % design.n_terms != 0)
         worst = labels[int(np.argmax(slopes))]
         result.info["separated_rows"] = separated
-        warnings.warn(f"GLM node {model.child!r}: {separated:,.0f} rows are fitted with probability 0 or 1 "
-                      f"(perfect or quasi-complete separation; largest coefficient at the parent term {worst!r}): "
-                      "the coefficients are not identified; add an l2 penalty or drop that parent",
-                      ConvergenceWarning, stacklevel=stacklevel)
+        warn_convergence(f"GLM node {model.child!r}: {separated:,.0f} rows are fitted with probability 0 or 1 "
+                         f"(perfect or quasi-complete separation; largest coefficient at the parent term {worst!r}): "
+                         "the coefficients are not identified; add an l2 penalty or drop that parent")
     elif not run.converged:
-        warnings.warn(f"IRLS for GLM node {model.child!r} stopped after {run.n_iter} iterations without meeting "
-                      f"tol={tol:g}", ConvergenceWarning, stacklevel=stacklevel)
+        warn_convergence(f"IRLS for GLM node {model.child!r} stopped after {run.n_iter} iterations without meeting "
+                         f"tol={tol:g}")
     return result

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import dask.array as da
 import numpy as np
 import xarray as xr
 
@@ -15,6 +14,7 @@ from dpgm.models.hybrid import HybridNetwork
 from dpgm.stats.irls import Design
 
 if TYPE_CHECKING:
+    import dask.array as da
     from distributed import Client
 
 __all__ = ["glm_probabilities", "predict"]

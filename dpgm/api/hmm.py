@@ -15,6 +15,7 @@ def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, 
              random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False) -> FitResult:
     from dpgm.algorithms.em import em
     from dpgm.cluster import current_client, iteration_span
+    from dpgm.inference.chain import forward_backward_counts
     from dpgm.stats.expected import sequence_expected_counts
 
     states = data_states(data)
@@ -28,8 +29,8 @@ def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, 
 
     def estep(models, iteration):
         with iteration_span("dpgm-em", iteration):
-            return sequence_expected_counts(data, [m.arrays() for m in models], model.variable, client=client,
-                                            progress=progress)
+            return sequence_expected_counts(data, [m.arrays() for m in models], model.variable,
+                                            forward_backward_counts, client=client, progress=progress)
 
     def mstep(current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
         return current.with_arrays(_normalize(counts["start"], current.start.values),

@@ -7,6 +7,7 @@ import xarray as xr
 
 from dpgm.algorithms.result import FitResult
 from dpgm.api.glm import GLMPlan, check_first_pass, glm_result, node, plan_glm
+from dpgm.api.results import fit_result
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.hybrid import HybridNetwork
@@ -106,13 +107,12 @@ def fit_hybrid(model: HybridNetwork, data, method: str | None, *, tol, max_iter,
         loglik += part
     results = {}
     for v, n in nodes.items():
-        results[v] = glm_result(plans[v], n.result(), tol=tol, stacklevel=5)
+        results[v] = glm_result(plans[v], n.result(), tol=tol)
         loglik += results[v].loglik
     fitted = model.with_parameters(tables, {v: r.model for v, r in results.items()})
-    result = FitResult(model=fitted, method="mle", loglik=loglik, converged=all(r.converged for r in results.values()),
-                       n_iter=max((r.n_iter for r in results.values()), default=0), n_rows=n_rows,
-                       n_params=fitted.n_free_parameters(), history=history, passes=passes)
-    result.info["nodes"] = results
-    result.info["node_logliks"] = {v: r.loglik for v, r in results.items()}
-    return result
+    # each GLM node warned for itself, naming it
+    return fit_result(fitted, "mle", loglik=loglik, converged=all(r.converged for r in results.values()),
+                      n_iter=max((r.n_iter for r in results.values()), default=0), n_rows=n_rows,
+                      n_params=fitted.n_free_parameters(), history=history, passes=passes,
+                      info={"nodes": results, "node_logliks": {v: r.loglik for v, r in results.items()}}, warn=False)
 

@@ -118,8 +118,10 @@ def _labelled(model: HybridNetwork, plan: LatentPlan, plans: dict[str, GLMPlan],
                                          coords={v: labels[v] for v in family})
     conditionals = {}
     for node, design, by_state in plan.glms:
-        glm_plan, glm, last = plans[node], params["glm"][node], params["last"]["glm"][node]
-        errors, betas = [], np.atleast_2d(glm["beta"])
+        glm_plan, glm = plans[node], params["glm"][node]
+        betas = np.atleast_2d(glm["beta"])
+        last = params["last"]["glm"][node] if "last" in params else []  # none: a checkpoint's parameters
+        errors = [np.full(design.n_coefficients, np.nan)] * len(betas) if not last else []
         for s, part in enumerate(last):
             _, factor = solve_normal_equations(part["xtwx"], part["xtwz"], glm_plan.penalty, glm_plan.labels)
             covariance = scipy.linalg.cho_solve(factor, np.eye(design.n_coefficients))
@@ -142,17 +144,38 @@ def _labelled(model: HybridNetwork, plan: LatentPlan, plans: dict[str, GLMPlan],
         by = xr.DataArray(scale, dims=z, coords={z: states}) if by_state and design.family == "gaussian" else None
         conditional = model.glm(node).with_parameters(
             coefficients.transpose(*order), standard_errors.transpose(*order),
-            scale=float(np.mean(scale)) if by is not None else float(scale), scale_by_state=by,
-            deviance=float(sum(p["deviance"] for p in last)), child_states=glm_plan.child_states)
+            scale=float(np.mean(scale)), scale_by_state=by,
+            deviance=float(sum(p["deviance"] for p in last)) if last else None,
+            child_states=glm_plan.child_states)
         conditionals[node] = conditional
     return model.with_parameters(tables, conditionals)
 
 
+def _parameters(plan: LatentPlan, network: HybridNetwork) -> dict:
+    """The loop's parameters of a labelled network (a checkpoint's): the inverse of :func:`_labelled`."""
+    z = plan.latent
+    with np.errstate(divide="ignore"):
+        params: dict = {"log_prior": np.log(network.tables[z].values), "tables": {}, "glm": {}}
+        for family, _ in plan.tables:
+            params["tables"][family[0]] = np.log(network.tables[family[0]].transpose(*family).values)
+    for node, design, by_state in plan.glms:
+        conditional = network.conditionals[node]
+        order = [d for d in (z, "state", "term") if d in conditional.coefficients.dims]
+        beta = conditional.coefficients.transpose(*order).values
+        if by_state:
+            scale = (conditional.scale_by_state.values if conditional.scale_by_state is not None
+                     else np.ones(plan.n_states))
+            params["glm"][node] = {"beta": beta.reshape(plan.n_states, -1), "scale": np.asarray(scale, float)}
+        else:
+            params["glm"][node] = {"beta": beta.ravel(), "scale": float(conditional.scale)}
+    return params
+
+
 def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
-                  random_state=None, persist: bool = False) -> FitResult:
+                  random_state=None, persist: bool = False, checkpoint=None, resume=None) -> FitResult:
     """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`."""
     from dpgm.algorithms.em import em
-    from dpgm.api.em_control import em_result, maybe_persist
+    from dpgm.api.em_control import em_result, maybe_persist, total_rows
     from dpgm.cluster import current_client, iteration_span
     from dpgm.stats.hybrid_em import latent_pass
 
@@ -163,9 +186,11 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
     client = client or current_client()
     data = maybe_persist(data, plan.observed, persist, client)
     seeds = np.random.default_rng(random_state).integers(0, 2**62, size=n_init)
-    with iteration_span("dpgm-em", 0):
-        starts = latent_pass(data, plan, [{"seed": int(s)} for s in seeds], client=client, progress=progress)
-    models = [_mstep(plan, plans, None, stats) for stats in starts]
+    models: list = [None] * n_init  # a resumed fit starts from the checkpoint's parameters
+    if resume is None:
+        with iteration_span("dpgm-em", 0):
+            starts = latent_pass(data, plan, [{"seed": int(s)} for s in seeds], client=client, progress=progress)
+        models = [_mstep(plan, plans, None, stats) for stats in starts]
 
     def estep(restarts: list[dict], iteration: int) -> list[tuple[float, dict]]:
         with iteration_span("dpgm-em", iteration):
@@ -177,11 +202,11 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
     def mstep(params: dict, stats: dict) -> dict:
         return _mstep(plan, plans, params, stats)
 
-    state = em(models, estep, mstep, max_iter=max_iter, tol=tol, callback=callback)
-    state.passes += 1  # the random starts' pass
-    best = state.models[state.best]
-    fitted = _labelled(model, plan, plans, best, schema)
-    result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=float(best["last"]["prior"].sum()))
-    result.model = fitted
+    state = em(models, estep, mstep, max_iter=max_iter, tol=tol, callback=callback, checkpoint=checkpoint,
+               resume=resume, to_model=lambda params: _labelled(model, plan, plans, params, schema),
+               from_model=lambda network: _parameters(plan, network))
+    state.passes += resume is None  # the random starts' pass
+    fitted = state.models[state.best]
+    result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(data, client))
     result.info["latent"] = [plan.latent]
     return result

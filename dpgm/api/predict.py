@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import xarray as xr
 
-from dpgm.api.bayesian import bn_factors
 from dpgm.api.checks import check_variables, data_states
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.glm import GLMConditional
@@ -99,18 +98,15 @@ def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None) -> None
 def _discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
     """Lazy posteriors of one variable of a discrete model, and its state labels."""
     from dpgm.inference.batched import BatchedTree
-    from dpgm.inference.junction_tree import model_factors
+    from dpgm.inference.junction_tree import FactorModel
     from dpgm.stats.posterior import posterior_map
 
-    if isinstance(model, BayesianNetwork):
-        if not model.is_parameterized:
-            raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
-        factors = bn_factors(model)
-    elif isinstance(model, MarkovNetwork | LogLinearModel):
-        factors = model_factors(model)
-    else:
+    if not isinstance(model, FactorModel):
         raise TypeError(f"predict_proba needs a BayesianNetwork, MarkovNetwork, LogLinearModel or GaussianMixture, "
                         f"got {type(model).__name__}")
+    if isinstance(model, BayesianNetwork) and not model.is_parameterized:
+        raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
+    factors = model.factors()
     if variable not in model.variables:
         raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
     states = data_states(data)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.result import FitResult
+from dpgm.algorithms.tables import engine_for, zero_offsets
 from dpgm.api.checks import check_variables, data_states
 from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
-from dpgm.api.log_linear import engine_for, zero_offsets
 from dpgm.errors import DataError
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -64,7 +65,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         def log_tables(log_potentials: dict) -> dict:
             return log_potentials
     else:
-        features, order = model.feature_set()
+        features, order = feature_set(model)
         scopes = list(features.scopes)
         engine = engine_for(model.variables, {v: model.states[v] for v in model.variables}, fixed)
 
@@ -119,5 +120,5 @@ def _perturbed(model, rng: np.random.Generator):
         return model.with_log_potentials(
             {s: np.log(model.potentials[s].values) + rng.normal(0, 1, model.potentials[s].shape)
              for s in model.scopes})
-    features, order = model.feature_set()
+    features, order = feature_set(model)
     return model.with_weights(order, model.theta(order) + rng.normal(0, 1, len(order)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 
@@ -104,11 +103,10 @@ def connection_options(command):
 def _quiet_client_logs(meta: dict) -> None:
     """Without -v, the Dask client's own error logs (tracebacks while it tries to reconnect to a lost
     scheduler) stay off stderr: the failure is reported once, as dpgm's one-line error (exit 69)."""
-    if meta.get("dpgm.verbose"):
-        return
-    import distributed  # noqa: F401  (configures its loggers on import: set the level after)
+    if not meta.get("dpgm.verbose"):
+        from dpgm.cluster import quiet_client_logs
 
-    logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+        quiet_client_logs()
 
 
 @contextlib.contextmanager

@@ -64,19 +64,24 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
 @click.option("--continuous", multiple=True, help="Column to treat as continuous (repeatable).")
 @click.option("--weight", default=None, help="Column of frequency weights.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
-def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite) -> None:
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite, scheduler, scheduler_file,
+            workers) -> None:
     """Convert CSV/TSV/Parquet SOURCE (a file, a directory of files or a glob) to the Zarr dataset OUT.
 
-    One task per Parquet row group or 64 MiB of CSV, in two passes (labels, then codes).
+    One task per Parquet row group or 64 MiB of CSV, in two passes (labels, then codes), on the cluster.
     """
     from dpgm.data.convert import convert as run
 
     check_output("OUT", out, overwrite=overwrite, inputs=(source,))
     click.get_current_context().meta["dpgm.inputs"] = [source]
-    with errors(), removed_on_failure(out):
-        ds = run(source, out, chunk_rows=chunk_rows, categorical=categorical,
-                 continuous=continuous,
-                 weight=weight, mode="w" if overwrite else "w-")
+    with errors(), cluster(scheduler, scheduler_file, workers) as client, removed_on_failure(out):
+        ds = run(source, out, chunk_rows=chunk_rows, categorical=categorical, continuous=continuous,
+                 weight=weight, mode="w" if overwrite else "w-", storage_options=storage_options(),
+                 client=client, progress=progress())
     click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out}")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -52,6 +51,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     """
     from dpgm.api import fit as run
     from dpgm.api.checks import check_checkpoint
+    from dpgm.cluster import performance_report as cluster_performance_report
     from dpgm.data import Schema, open_dataset
     from dpgm.spec import SpecError, build_model, drop_variables, read_spec
 
@@ -85,7 +85,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
                          extra={"specification": _spec_fingerprint(parsed, method)})
         with cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
-            with _performance_report(performance_report):
+            with cluster_performance_report(performance_report):
                 result = run(model, ds, method=chosen, client=client, progress=progress(),
                              callback=_echo_iteration, **options)
             seconds = time.perf_counter() - start
@@ -99,15 +99,6 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
             write_text_atomically(report, json.dumps(payload, indent=2, default=float))
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
-
-
-def _performance_report(path):
-    """``distributed.performance_report`` into ``path`` (written when the block ends), or nothing."""
-    if path is None:
-        return contextlib.nullcontext()
-    from distributed import performance_report
-
-    return performance_report(filename=str(path))
 
 
 def _default_method(model) -> str:

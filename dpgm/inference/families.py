@@ -38,6 +38,7 @@ array([0.1017, 1.8983])
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from collections.abc import Mapping, Sequence
@@ -257,6 +258,6 @@ class FamilyParameters:
         return self.plan.expected_counts(self.theta, codes, variables, weights)
 
     def __dask_tokenize__(self):
-        from dask.base import tokenize
-
-        return ("dpgm-family-parameters", self.plan.token, tokenize(self.theta))
+        theta = np.ascontiguousarray(self.theta)
+        digest = hashlib.sha256(theta.view(np.uint8).reshape(-1)).hexdigest()
+        return ("dpgm-family-parameters", self.plan.token, theta.dtype.str, theta.shape, digest)

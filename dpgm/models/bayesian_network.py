@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -103,9 +104,29 @@ class BayesianNetwork:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        return dict(self.cpds)
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> BayesianNetwork:
+        return cls(tables)
+
+    def factors(self) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """``(scope, table)`` of every CPD, scope ``(variable, *parents)``, in variable order.
+
+        Raises
+        ------
+        ValueError
+            For a structure without tables (:attr:`is_parameterized` is false).
+        """
+        if not self.is_parameterized:
+            raise ValueError("the network has no tables (a structure without states); give it states first")
+        return [(tuple(map(str, self.cpds[v].dims)), np.asarray(self.cpds[v].values, dtype=float))
+                for v in self.variables]
 
     @property
     def is_parameterized(self) -> bool:

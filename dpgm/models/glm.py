@@ -174,7 +174,7 @@ class GLMConditional:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the conditional to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
 
