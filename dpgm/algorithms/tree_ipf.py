@@ -175,11 +175,8 @@ def tree_ipf(
         if error < tol or (loglik_tol > 0 and change is not None and abs(change) <= loglik_tol * abs(loglik)):
             converged = True
             break
-    state = IPFState(log_potentials, history, converged, iteration)
-    state.log_z = hugin.log_z
-    state.width = structure.width
-    state.total_table_size = structure.total_table_size
-    return state
+    return IPFState(log_potentials, history, converged, iteration, log_z=hugin.log_z, width=structure.width,
+                    total_table_size=structure.total_table_size)
 
 
 def grid_scopes(rows: int, columns: int) -> list[tuple[str, str]]:
