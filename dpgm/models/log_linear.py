@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import labelled_table
 from dpgm.models.saving import pop_zeros, zeros_table
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
+from dpgm.potentials import labelled_table
 
 __all__ = ["LogLinearModel", "hierarchical_free_parameters"]
 
