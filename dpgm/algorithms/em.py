@@ -301,6 +301,11 @@ def em(
     return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
 
 
+def _wants_longer(u0: np.ndarray, u1: np.ndarray, u2: np.ndarray) -> bool:
+    r, v = u1 - u0, u2 - 2 * u1 + u0
+    return bool(r @ r > v @ v)
+
+
 def _max_change(vector: np.ndarray, previous: np.ndarray) -> float:
     """Largest absolute change between two parameter vectors (equal infinities do not change)."""
     with np.errstate(invalid="ignore"):
@@ -338,6 +343,8 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
         u1, u2 = family.unconstrained(point), family.unconstrained(following)
         proposal, run.alpha = extrapolate(run.u0, u1, u2, run.step_max)
         run.point, run.kind, run.fallback = following, "base", following
+        if run.alpha <= 1.0 and run.step_max <= 1.0 and _wants_longer(run.u0, u1, u2):
+            run.step_max = STEP_FACTOR  # the bound held the step at the EM step: let the next one go further
         if run.alpha > 1.0 and np.all(np.isfinite(proposal)):
             try:
                 run.point, run.kind = family.constrained(proposal, following), "extrapolated"

@@ -56,22 +56,23 @@ def select_rows(arrays: Any, rows: tuple[int, int] | None) -> Any:
     return {k: a[start:stop] for k, a in arrays.items()}
 
 
-def _row_starts(arrays: Any) -> tuple[int, ...]:
+def _row_starts(arrays: Any, n_blocks: int) -> tuple[int, ...]:
+    """Chunk boundaries along ``row`` (in-memory arrays: ``n_blocks`` equal slices)."""
     if isinstance(arrays, ZarrColumns):
         return tuple(arrays.starts)
-    from dpgm.stats.engine import IN_MEMORY_CHUNK_ROWS, row_chunks
+    from dpgm.stats.engine import row_chunks
 
     chunks = row_chunks(arrays)
     if not chunks:
         n = len(next(iter(arrays.values())))
-        chunks = tuple(min(IN_MEMORY_CHUNK_ROWS, n - s) for s in range(0, n, IN_MEMORY_CHUNK_ROWS)) or (0,)
+        return tuple(sorted({round(b * n / n_blocks) for b in range(n_blocks + 1)}))
     return tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
 
 
 def row_blocks(data: xr.Dataset, variables: Sequence[str], n_blocks: int) -> list[tuple[int, int]]:
     """At most ``n_blocks`` consecutive row ranges of whole chunks (about equal numbers of chunks)."""
     needed = [*variables, *([WEIGHT] if WEIGHT in data.variables else [])]
-    starts = _row_starts(zarr_columns(data, needed) or {v: data.variables[v].data for v in needed})
+    starts = _row_starts(zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}, n_blocks)
     n_chunks = len(starts) - 1
     edges = sorted({round(b * n_chunks / min(n_blocks, n_chunks)) for b in range(min(n_blocks, n_chunks) + 1)})
     return [(starts[a], starts[b]) for a, b in zip(edges, edges[1:], strict=False)]
