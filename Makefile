@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(SYSTEM_STAMP)
 	$(PY) -m ruff check dpgm tests benchmarks
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -41,7 +41,7 @@ RESULTS = Path(__file__).parent / "results"
 VARIANTS = {"plain": {}, "squarem": {"accelerate": "squarem"}, "incremental": {"incremental": True}}
 
 
-def run(n: int, tol: float, cases: list[str]) -> list[dict]:
+def run(n: int, tol: float, cases: list[str], max_iter: int = 3000) -> list[dict]:
     rows = []
     with dpgm.connect(n_workers=2, dashboard_address=":0") as client:
         client.run(lambda: None)
@@ -55,7 +55,7 @@ def run(n: int, tol: float, cases: list[str]) -> list[dict]:
                 began = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-                    result = dpgm.fit(start, data, method="em", init="model", tol=tol, max_iter=3000,
+                    result = dpgm.fit(start, data, method="em", init="model", tol=tol, max_iter=max_iter,
                                       client=client, **options)
                 seconds = time.perf_counter() - began
                 rows.append({"case": name, "rows": n, "variant": variant, "passes": result.passes,
@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=float, default=1e6)
     parser.add_argument("--tol", type=float, default=1e-11)
+    parser.add_argument("--max-iter", type=int, default=3000)
     parser.add_argument("--cases", nargs="+", default=["alarm2", "lcm20"])
     args = parser.parse_args(argv)
-    rows = run(int(args.rows), args.tol, args.cases)
+    rows = run(int(args.rows), args.tol, args.cases, args.max_iter)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "em_accel.json").write_text(json.dumps(rows, indent=1))
     _plot(rows, RESULTS / "em_accel.png")

@@ -43,8 +43,10 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
+from dpgm.algorithms.features import feature_set  # noqa: E402
 from dpgm.algorithms.ipf import ipf  # noqa: E402
-from dpgm.algorithms.tables import JointEngine, reduce_to  # noqa: E402
+from dpgm.algorithms.tables import JointEngine  # noqa: E402
+from dpgm.potentials import reduce_to  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 STORE = Path("/tmp/dpgm-bench")
@@ -123,7 +125,7 @@ def _dpgm(table: xr.DataArray, margins, method: str, repeats: int):
                 **_quality(table, fitted, margins)}
     model = dpgm.LogLinearModel.from_margins(margins, {v: list(table.coords[v].values) for v in variables})
     seconds, result = _timed(lambda: dpgm.fit(model, table, method=method, tol=TOL, max_iter=100_000), repeats)
-    features, order = result.model.feature_set()
+    features, order = feature_set(result.model)
     fitted = engine.joint(features.log_potentials(result.model.theta(order))) * n
     return {"seconds": seconds, "iterations": result.n_iter, "converged": bool(result.converged),
             "reported_g2": result.g2, **_quality(table, fitted, margins)}

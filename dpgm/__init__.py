@@ -5,6 +5,7 @@ The public API lives here; see the README for a tour.
 
 from dpgm.algorithms.result import FitResult
 from dpgm.api import fit, predict_proba
+from dpgm.api.glm_predict import predict
 from dpgm.cluster import compute, connect
 from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
 from dpgm.data.convert import convert
@@ -23,6 +24,7 @@ from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.glm import GLMConditional
 from dpgm.models.hmm import HiddenMarkovModel, hmm
+from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -39,6 +41,7 @@ __all__ = [
     "DpgmWarning",
     "FitResult",
     "GLMConditional",
+    "HybridNetwork",
     "GaussianGraphicalModel",
     "GaussianMixture",
     "HiddenMarkovModel",
@@ -67,6 +70,7 @@ __all__ = [
     "marginals",
     "moments",
     "open_dataset",
+    "predict",
     "predict_proba",
     "read_bif",
     "read_uai",

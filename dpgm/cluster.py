@@ -235,7 +235,8 @@ def _jobqueue_cluster(cluster: str, options: Mapping[str, Any]) -> Any:
             kwargs[key] = default
     kwargs |= dict(options)
     if "scheduler_options" not in kwargs and not configured.get("scheduler-options"):
-        kwargs["scheduler_options"] = {"dashboard_address": ":0"}
+        # the scheduler runs in this process: its dashboard on a free port, with the /dpgm page
+        kwargs["scheduler_options"] = {"dashboard_address": ":0", "preload": ["dpgm.dashboard"]}
     prologue = kwargs.get("job_script_prologue", configured.get("job-script-prologue")) or []
     kwargs["job_script_prologue"] = [*prologue, *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
     return getattr(dask_jobqueue, name)(**kwargs)
@@ -277,6 +278,23 @@ def _lost_scheduler(client: Client, where: str) -> Iterator[None]:
             raise
         raise SchedulerUnreachable(f"lost the connection to the Dask scheduler at {where}: "
                                    f"{type(error).__name__}: {error}") from error
+
+
+def quiet_client_logs() -> None:
+    """Keep the Dask client's own error logs (tracebacks while it tries to reconnect to a lost
+    scheduler) off stderr: the caller reports the failure once."""
+    import distributed  # noqa: F401  (configures its loggers on import: set the level after)
+
+    logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+
+
+def performance_report(path: str | os.PathLike[str] | None) -> contextlib.AbstractContextManager:
+    """``distributed.performance_report`` into ``path`` (written when the block ends), or nothing."""
+    if path is None:
+        return contextlib.nullcontext()
+    from distributed import performance_report as report
+
+    return report(filename=str(path))
 
 
 @contextlib.contextmanager

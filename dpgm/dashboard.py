@@ -3,7 +3,7 @@
 Three pieces, one per process:
 
 * **Driver** — :class:`FitReporter` wraps the callback of :func:`dpgm.fit`: every
-  iteration's record (log-likelihood, change, marginal error, seconds) gains the fit
+  iteration's record (log-likelihood, change, parameter change, marginal error, seconds) gains the fit
   id, method, restart, elapsed time and rows/s of the last pass over the data, and is
   logged with ``client.log_event("dpgm.fit", record)`` from a background thread, so a
   fit never waits on the scheduler and never fails because logging failed.
@@ -352,7 +352,7 @@ def _serve_page(scheduler: Scheduler, application: Any, prefix: str) -> None:
 COLUMNS = [
     ("fit", "fit"), ("method", "method"), ("status", "status"), ("restart", "restart"),
     ("iteration", "iteration"), ("points", "points"), ("loglik", "log-likelihood"), ("change", "Δ log-lik"),
-    ("max_error", "max marginal error"), ("elapsed", "elapsed (s)"), ("rows_per_second", "rows/s (last pass)"),
+    ("param_change", "parameter change"), ("max_error", "max marginal error"), ("elapsed", "elapsed (s)"), ("rows_per_second", "rows/s (last pass)"),
 ]
 SHOWN_FITS = 8
 """Plots on the page: the most recent fits."""

@@ -1,37 +1,138 @@
-"""Factor algebra on labelled arrays: potentials are ``xarray.DataArray``s whose dims are
-variable names and whose coords are state labels.
+"""Potentials: tables over scopes of variables, and the one home of their algebra and labels.
 
-Every binary operation runs under ``xr.set_options(arithmetic_join="exact")`` after
-checking that shared variables have the same labels in the same order: two
+A potential has two forms, one per layer that uses it:
+
+* **labelled**: an ``xarray.DataArray`` whose dims are variable names and whose
+  coords are state labels (model parameters, query results, counts handed to
+  users). :func:`labelled_table` and :func:`state_index` build the labels once
+  per variable; :func:`product`, :func:`marginal`, :func:`marginalize`,
+  :func:`reduce`, :func:`divide`, :func:`normalize` and their ``log_`` versions
+  are the algebra.
+* **plain**: a NumPy array whose axes follow a *scope* (a tuple of variable
+  names), for inner loops (counts, junction trees, fitting algorithms).
+  :func:`reduce_to` sums a table down to a sub-scope (or reorders its axes) and
+  :func:`expand` broadcasts one up to a larger scope.
+
+Every binary labelled operation runs under ``xr.set_options(arithmetic_join="exact")``
+after checking that shared variables have the same labels in the same order: two
 potentials that disagree on a variable's states (labels, order or cardinality)
 raise ``ValueError`` naming the variable, instead of xarray's default silent
 alignment (which drops or NaN-fills mismatched states). Results put dims in
 order of first appearance.
 
 Log-space versions (``log_`` prefix) take and return log potentials; sums become
-log-sum-exp, stable for entries near ``-inf`` or very large. The junction-tree
-engine (:mod:`dpgm.inference`) does not use these in its inner loop: they serve
-the labelled edges (model parameters, query results, tests).
+log-sum-exp, stable for entries near ``-inf`` or very large.
+
+This module sits at the bottom of the package (it imports NumPy, pandas and
+xarray only), so every layer, from counting to the API, uses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 __all__ = [
+    "Scope",
     "divide",
+    "expand",
+    "labelled_table",
     "log_divide",
     "log_marginalize",
     "log_normalize",
     "log_product",
+    "marginal",
     "marginalize",
     "normalize",
     "product",
     "reduce",
+    "reduce_to",
+    "state_index",
 ]
+
+Scope = tuple[str, ...]
+
+
+# -- labels ----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def state_index(name: str, states: tuple[str, ...]) -> pd.Index:
+    """The labels of a variable as a pandas Index, built once (xarray coords from an Index are ~10x cheaper)."""
+    return pd.Index(list(states), name=name, dtype=object)
+
+
+@lru_cache(maxsize=4096)
+def _state_coordinate(name: str, states: tuple[str, ...]) -> tuple[Any, Any]:
+    from xarray.indexes import PandasIndex
+
+    index = PandasIndex(state_index(name, states), name)
+    return index.create_variables()[name], index
+
+
+def labelled_table(values: np.ndarray, scope: Sequence[str], states: Mapping[str, Sequence[str]],
+                   attrs: dict | None = None) -> xr.DataArray:
+    """A table labelled with its variables' states, its coordinates built once per variable.
+
+    About 3x cheaper than passing labels to ``xr.DataArray``, which rebuilds (and
+    deep-copies) each index: that cost dominated assembling many small tables.
+
+    Examples
+    --------
+    >>> t = labelled_table(np.array([[1.0, 2.0]]), ("x", "y"), {"x": ["0"], "y": ["u", "v"]})
+    >>> t.dims, t.coords["y"].values.tolist()
+    (('x', 'y'), ['u', 'v'])
+    """
+    variables, indexes = {}, {}
+    for v in scope:
+        variables[v], indexes[v] = _state_coordinate(v, tuple(states[v]))
+    coordinates = xr.Coordinates(coords=variables, indexes=indexes)
+    return xr.DataArray(values, dims=tuple(scope), coords=coordinates, attrs=attrs)
+
+
+# -- plain tables: NumPy arrays whose axes follow a scope ------------------------------------
+
+
+def reduce_to(table: np.ndarray, scope: Sequence[str], target: Sequence[str]) -> np.ndarray:
+    """Sum a table over ``scope`` down to ``target`` (a subset), axes in ``target`` order.
+
+    With ``target`` holding the same variables as ``scope`` this only reorders the axes.
+
+    Examples
+    --------
+    >>> t = np.arange(6.0).reshape(2, 3)                 # scope ("x", "y")
+    >>> reduce_to(t, ("x", "y"), ("y",)).tolist(), reduce_to(t, ("x", "y"), ("y", "x")).shape
+    ([3.0, 5.0, 7.0], (3, 2))
+    """
+    keep = [scope.index(v) for v in target]
+    other = tuple(i for i in range(len(scope)) if i not in keep)
+    summed = table.sum(axis=other) if other else table
+    kept_sorted = sorted(keep)
+    return np.transpose(summed, [kept_sorted.index(k) for k in keep])
+
+
+def expand(table: np.ndarray, scope: Sequence[str], variables: Sequence[str]) -> np.ndarray:
+    """View of a table over ``scope`` broadcastable against a table over ``variables`` (a superset).
+
+    Examples
+    --------
+    >>> expand(np.array([1.0, 2.0]), ("y",), ("x", "y", "z")).shape
+    (1, 2, 1)
+    """
+    order = sorted(range(len(scope)), key=lambda i: variables.index(scope[i]))
+    moved = np.transpose(table, order)
+    shape = [1] * len(variables)
+    for i in order:
+        shape[variables.index(scope[i])] = table.shape[i]
+    return moved.reshape(shape)
+
+
+# -- labelled potentials ---------------------------------------------------------------------
 
 
 def _check_compatible(potentials: Sequence[xr.DataArray]) -> None:
@@ -132,6 +233,28 @@ def marginalize(potential: xr.DataArray, variables: Iterable[str]) -> xr.DataArr
     """
     variables = _check_variables(potential, variables)
     return potential.sum(dim=variables) if variables else potential
+
+
+def marginal(potential: xr.DataArray, scope: Sequence[str]) -> xr.DataArray:
+    """Sum a potential down to ``scope`` (a subset of its variables), dims in ``scope`` order.
+
+    Raises
+    ------
+    ValueError
+        A variable of ``scope`` the potential does not have.
+
+    Examples
+    --------
+    >>> f = xr.DataArray([[1.0, 2.0], [3.0, 4.0]], dims=["x", "y"], coords={"x": ["0", "1"], "y": ["u", "v"]})
+    >>> marginal(f, ["y"]).values.tolist()
+    [4.0, 6.0]
+    """
+    scope = [scope] if isinstance(scope, str) else list(scope)
+    unknown = [v for v in scope if v not in potential.dims]
+    if unknown:
+        raise ValueError(f"scope {scope!r} names variables not in the potential: {unknown}; "
+                         f"variables: {list(potential.dims)}")
+    return marginalize(potential, [v for v in potential.dims if v not in scope]).transpose(*scope)
 
 
 def log_marginalize(log_potential: xr.DataArray, variables: Iterable[str]) -> xr.DataArray:

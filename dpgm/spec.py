@@ -37,6 +37,19 @@ A hidden Markov model over a (``row``, ``time``) variable, fitted by EM::
     max_iter: 200
     tol: 1.0e-8
 
+A GLM conditional (fitted by IRLS), or a hybrid network of tables and GLM nodes::
+
+    model: glm
+    child: default
+    parents: [income, region]
+    family: bernoulli              # gaussian | bernoulli | categorical | poisson
+    l2: 0.0
+
+    model: hybrid_network
+    edges: [[region, income], [age, income], [income, default]]
+    families: {age: gaussian, income: gaussian, default: bernoulli}   # other variables: tables
+    latent: {z: [a, b]}            # optional: a latent root, fitted by EM (mixture of regressions)
+
 An observed column is made latent by dropping it from the data first (the CLI's
 ``--drop`` does the same)::
 
@@ -71,6 +84,8 @@ STRUCTURE_KEYS = {
     "log_linear": ("model", "method", "margins"),
     "latent_class": ("model", "method", "n_classes", "observed", "variable"),
     "hmm": ("model", "method", "n_states", "symbols", "variable"),
+    "glm": ("model", "method", "child", "parents", "family"),  # and l2, the model's ridge penalty
+    "hybrid_network": ("model", "method", "edges", "families", "variables", "latent"),
 }
 # options a specification cannot hold: they are the command line's (--checkpoint, --resume)
 _COMMAND_LINE_OPTIONS = {"checkpoint": "--checkpoint", "resume": "--resume"}
@@ -273,4 +288,37 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None) -> t
         if not isinstance(spec.get("n_states"), int) or not isinstance(spec.get("symbols"), list):
             raise SpecError("an hmm needs 'n_states' (an integer) and 'symbols' (the observed labels)")
         return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), method, options
+    if kind in ("glm", "hybrid_network"):
+        latent = kind == "hybrid_network" and bool(spec.get("latent"))
+        return _build_glm(spec, kind, states, options), method or ("em" if latent else None), options
     raise AssertionError(kind)  # pragma: no cover - every kind of STRUCTURE_KEYS is built above
+
+
+def _build_glm(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]], options: dict[str, Any]) -> Any:
+    """A GLMConditional or a HybridNetwork from its keys (families and parents checked by the model).
+
+    ``l2`` is the model's ridge penalty, not an option of the fit: taken out of ``options``.
+    """
+    from dpgm.models.glm import GLMConditional
+    from dpgm.models.hybrid import HybridNetwork
+
+    l2 = options.pop("l2", 0.0)
+    try:
+        if kind == "glm":
+            parents = spec.get("parents", [])
+            if not isinstance(spec.get("child"), str) or not isinstance(parents, list):
+                raise SpecError("a glm needs 'child' (a variable name) and 'parents' (a list of names)")
+            return GLMConditional(spec["child"], parents, spec.get("family", "gaussian"), l2)
+        edges, families = spec.get("edges"), spec.get("families") or {}
+        if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
+            raise SpecError("a hybrid_network needs 'edges': a list of [parent, child] pairs")
+        if not isinstance(families, dict):
+            raise SpecError("'families' must map each GLM node to its family")
+        latent = spec.get("latent") or {}
+        _check_latent_not_observed(list(latent), states)
+        return HybridNetwork([tuple(e) for e in edges], families, nodes=spec.get("variables", ()),
+                             states={k: [str(x) for x in v] for k, v in latent.items()}, l2=l2)
+    except (TypeError, ValueError) as error:
+        if isinstance(error, SpecError):
+            raise
+        raise SpecError(f"{kind}: {error}") from None

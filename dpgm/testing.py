@@ -24,18 +24,6 @@ __all__ = [
 ]
 
 
-def _factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    if hasattr(model, "cpds"):
-        return [(tuple(map(str, model.cpds[v].dims)), np.asarray(model.cpds[v].values)) for v in model.variables]
-    if hasattr(model, "potentials"):
-        factors = [(tuple(s), np.asarray(model.potentials[s].values)) for s in model.potentials]
-        mask = model.structural_zeros
-        if mask is not None:  # the allowed cells' indicator, as the model defines it
-            factors.append((tuple(map(str, mask.dims)), (~np.asarray(mask.values, dtype=bool)).astype(float)))
-        return factors
-    raise TypeError(f"expected a BayesianNetwork or MarkovNetwork, got {type(model).__name__}")
-
-
 def joint_table(model: Any) -> xr.DataArray:
     """The unnormalized joint over all variables (dims in ``model.variables`` order), labelled.
 
@@ -50,7 +38,7 @@ def joint_table(model: Any) -> xr.DataArray:
     if len(variables) > 52:
         raise ValueError(f"{len(variables)} variables is too many to enumerate")
     symbol = {v: opt_einsum.get_symbol(i) for i, v in enumerate(variables)}
-    factors = _factors(model)
+    factors = model.factors()  # the model's own definition: (scope, table) pairs
     expression = ",".join("".join(symbol[v] for v in s) for s, _ in factors) + "->" + "".join(
         symbol[v] for v in variables)
     values = np.einsum(expression, *[t for _, t in factors])

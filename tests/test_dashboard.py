@@ -45,8 +45,8 @@ def test_reporter_logs_each_record_with_fit_id_restart_and_change_and_passes_the
     seen = []
     client = RecordingClient()
     reporter = FitReporter(client, "ipf", "MarkovNetwork", 1000, seen.append)
-    records = [{"iteration": k, "loglik": np.float64(-10.0 + k), "max_error": 0.1 / k, "seconds": 1e-4 * k}
-               for k in (1, 2, 3)]
+    records = [{"iteration": k, "loglik": np.float64(-10.0 + k), "max_error": 0.1 / k, "seconds": 1e-4 * k,
+                "param_change": [np.inf, np.float64(0.5), None][k - 1]} for k in (1, 2, 3)]
     time.sleep(0.02)  # the counting pass, before the algorithm's clock starts
     for record in records:
         reporter(record)
@@ -62,6 +62,7 @@ def test_reporter_logs_each_record_with_fit_id_restart_and_change_and_passes_the
     assert [e["restart"] for e in points] == [0, 0, 0]
     assert [e["change"] for e in points] == [None, 1.0, 1.0]
     assert [e["max_error"] for e in points] == [0.1, 0.05, 0.1 / 3]
+    assert [e.get("param_change") for e in points] == [None, 0.5, None]  # inf is not JSON: left blank
     assert all(1000 / 0.1 < e["rows_per_second"] < 1000 / 0.02 for e in points)  # 1000 rows in the pass
 
 
@@ -124,8 +125,10 @@ class Pause:
         self.at = (restart, iteration)
         self.reached = threading.Event()
         self.release = threading.Event()
+        self.records: list[dict] = []
 
     def __call__(self, record: dict) -> None:
+        self.records.append(dict(record))
         if (record.get("restart", 0), record["iteration"]) == self.at:
             self.reached.set()
             self.release.wait(120)
@@ -151,10 +154,17 @@ class FitThread(threading.Thread):
 PAGE_STATE = """(() => {
   if (!window.Bokeh || !Bokeh.documents || !Bokeh.documents.length) return null;
   const points = {};
+  const table = {};
   for (const doc of Bokeh.documents)
-    for (const model of doc.all_models)
-      if (typeof model.name === "string" && model.name.startsWith("dpgm-points|"))
-        points[model.name] = model.get_length();
+    for (const model of doc.all_models) {
+      if (typeof model.name !== "string") continue;
+      if (model.name.startsWith("dpgm-points|")) points[model.name] = model.get_length();
+      if (model.name === "dpgm-latest")
+        for (const key of ["fit", "restart", "param_change"]) {
+          const column = model.data instanceof Map ? model.data.get(key) : model.data[key];
+          table[key] = Array.from(column || []);
+        }
+    }
   const texts = [];
   const walk = (node) => {
     if (node.shadowRoot) walk(node.shadowRoot);
@@ -163,7 +173,7 @@ PAGE_STATE = """(() => {
     }
   };
   walk(document.body);
-  return JSON.stringify({points, text: texts.join(" ").replace(/\\s+/g, " ")});
+  return JSON.stringify({points, table, text: texts.join(" ").replace(/\\s+/g, " ")});
 })()"""
 
 
@@ -289,6 +299,23 @@ def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_pa
                 assert state.get("points") == expected  # the browser's Bokeh document holds every point
                 assert "20 points" in state["text"] and "2 running" in state["text"]
                 assert all(fit_id in state["text"] for fit_id in fits)  # the table lists every fit
+                assert "parameter change" in state["text"]
+                # the parameter change shown for each fit and restart is the one in the algorithm's last record
+                shown = {(fit_id, restart): value for fit_id, restart, value
+                         in zip(*(state["table"][k] for k in ("fit", "restart", "param_change")), strict=True)}
+                last = {("em", r["restart"]): r for r in em_pause.records} | {("ipf", 0): ipf_pause.records[-1]}
+                assert len(shown) == len(last) == 3
+                for fit_id, fit in fits.items():
+                    for restart in fit["restarts"]:
+                        record = last[fit["method"], restart["restart"]]
+                        assert record["iteration"] == restart["iteration"][-1]
+                        value = record.get("param_change")
+                        text = shown[fit_id, str(restart["restart"])]
+                        if value is None or not np.isfinite(value):
+                            assert text == "", (fit_id, text)
+                        else:  # shown to 6 significant digits
+                            assert float(text) == pytest.approx(value, rel=1e-5, abs=0), (fit_id, text, value)
+                assert ipf_pause.records[-1]["param_change"] > 0  # IPF's records carry it (EM's may not)
                 assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
             finally:
                 em_pause.release.set()
@@ -306,6 +333,9 @@ def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_pa
             fits = _fits(base)
             by_method = {f["method"]: f for f in fits.values()}
             assert set(by_method) == set(results)
+            for method in ("ipf", "gis", "lbfgs", "newton"):  # the last record's parameter change reached the log
+                assert by_method[method]["restarts"][0]["latest"]["param_change"] == pytest.approx(
+                    results[method].history[-1]["param_change"], rel=1e-15), method
             for method, result in results.items():
                 fit = by_method[method]
                 assert fit["status"] == ("converged" if result.converged else "stopped"), method
@@ -334,3 +364,60 @@ def test_cli_fit_writes_a_performance_report(tmp_path, zarr_data):
     html = report.read_text()
     assert "Dask Performance Report" in html and "Task Stream" in html
     assert "dpgm" in html  # the counting pass's tasks are in the task stream
+
+
+# ---------------------------------------------------------------- the records' parameter change
+
+
+def _ipf_log_potentials(table, k: int) -> dict:
+    model = dpgm.MarkovNetwork.from_cliques([("a", "b"), ("b", "c"), ("c", "a")],
+                                            {v: list(table.coords[v].values) for v in table.dims})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        result = dpgm.fit(model, table, method="ipf", tol=0.0, max_iter=k)
+    return result, {s: np.log(p.transpose(*s).values) for s, p in result.model.potentials.items()}
+
+
+def test_ipf_records_param_change_equal_to_the_change_between_fits_of_k_and_k_plus_1_sweeps():
+    """Oracle: two independent fits stopped after k and k + 1 sweeps; the (k + 1)-th record's
+    parameter change is their largest log-potential difference (k = 0: the uniform start, log 1 = 0)."""
+    import xarray as xr
+
+    rng = np.random.default_rng(7)
+    states = {"a": ["0", "1"], "b": ["x", "y", "z"], "c": ["u", "v"]}
+    table = xr.DataArray(rng.integers(1, 40, size=(2, 3, 2)).astype(float), dims=list(states), coords=states)
+    longest, _ = _ipf_log_potentials(table, 5)
+    changes = [record["param_change"] for record in longest.history]
+    assert len(changes) == 5
+    previous = {s: np.zeros(np.shape(t)) for s, t in _ipf_log_potentials(table, 1)[1].items()}
+    for k in range(1, 6):
+        _, current = _ipf_log_potentials(table, k)
+        expected = max(float(np.abs(current[s] - previous[s]).max()) for s in current)
+        # log(exp(x)) through the fitted model's potentials: rounding of ~1e-16 |x|
+        assert changes[k - 1] == pytest.approx(expected, rel=1e-9, abs=1e-13), k
+        previous = current
+    assert changes[0] > changes[-1] > 0  # a loop: IPF iterates, and slows down
+
+
+def test_gaussian_ips_records_param_change_equal_to_the_change_between_fits_of_k_and_k_plus_1_sweeps():
+    import pandas as pd
+
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame(rng.multivariate_normal(np.zeros(4), np.eye(4) + 0.3, 500), columns=list("abcd"))
+    cycle = dpgm.GaussianGraphicalModel([("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
+    data = dpgm.from_pandas(frame)
+
+    def precision(k):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+            result = dpgm.fit(cycle, data, method="ipf", tol=0.0, max_iter=k)
+        return result, result.model.precision.values
+
+    longest, _ = precision(4)
+    start = np.diag(1.0 / np.diag(np.cov(frame.to_numpy().T, bias=True)))  # IPS starts from diag(S)^-1
+    previous = start
+    for k in range(1, 5):
+        _, current = precision(k)
+        expected = float(np.abs(current - previous).max())
+        assert longest.history[k - 1]["param_change"] == pytest.approx(expected, rel=1e-9, abs=1e-13), k
+        previous = current

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,15 @@ def test_launchers_use_current_dask_commands():
         text = _text(path)
         assert not re.search(r"dask-(scheduler|worker)\b", text), path
         assert re.search(r"\bdask (scheduler|worker)\b", text) or "dask" not in text, path
+
+
+def test_every_launched_scheduler_serves_the_dpgm_page():
+    launches = [(path, line) for path in SCRIPTS for line in _text(path).replace("\\\n", " ").splitlines()
+                if re.search(r"\bdask scheduler\b", line) and not line.lstrip().startswith("#")
+                and "--help" not in line]
+    assert {path.parent.name for path, _ in launches} >= {"local", "slurm", "kubernetes"}, launches
+    for path, line in launches:
+        assert "--preload dpgm.dashboard" in line, (path, line)
 
 
 def test_launchers_use_free_ports_and_do_not_listen_everywhere():
@@ -124,6 +134,23 @@ def test_local_cluster_scripts_run_a_real_fit_on_loopback(tmp_path):
         expected = dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), ds).model
         for v in truth.variables:
             np.testing.assert_array_equal(fitted.cpds[v].values, expected.cpds[v].values)
+
+        # an iterative fit on the same cluster appears, every iteration, on the dashboard's /dpgm page
+        cycle = [["asia", "tub"], ["tub", "either"], ["either", "lung"], ["lung", "smoke"], ["smoke", "asia"]]
+        (tmp_path / "ipf.yaml").write_text(json.dumps({"model": "markov_network", "cliques": cycle,
+                                                        "method": "ipf", "tol": 1e-9}))
+        subprocess.run([sys.executable, "-m", "dpgm.cli", "fit", tmp_path / "ipf.yaml", tmp_path / "a.zarr", "--out",
+                        tmp_path / "ipf.zarr", "--scheduler-file", folder / "scheduler.json"], env=_environment(),
+                       check=True, timeout=180, capture_output=True)
+        port = json.loads((folder / "scheduler.json").read_text())["services"]["dashboard"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dpgm/data.json", timeout=10) as response:
+            (fit,) = json.loads(response.read())["fits"]
+        states = {v: truth.states[v] for v in truth.variables}
+        again = dpgm.fit(dpgm.MarkovNetwork.from_cliques([tuple(c) for c in cycle], states), ds, method="ipf",
+                         tol=1e-9)
+        assert fit["method"] == "ipf" and fit["status"] == "converged" and fit["n_iter"] == again.n_iter
+        (restart,) = fit["restarts"]
+        np.testing.assert_allclose(restart["loglik"], [h["loglik"] for h in again.history], rtol=1e-12)
     finally:
         stopped = _local(tmp_path, "stop-cluster.sh")
     # stop returns only once every process it started has exited
@@ -158,12 +185,14 @@ def fitted_asia(tmp_path_factory):
     ds = dpgm.sample_bayesian_network(truth, 2000, folder / "a.zarr", seed=1, chunk_rows=500)
     dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), ds).model.save(folder / "model.zarr")
     (folder / "spec.yaml").write_text("model: bayesian_network\nnetwork: asia\n")
+    (folder / "a.csv").write_text("smoke,lung\nyes,no\nno,no\n")
     return folder
 
 
 COMMANDS = {
     "generate": lambda f: ["generate", "asia", str(f / "new.zarr"), "--rows", "100"],
     "counts": lambda f: ["counts", str(f / "a.zarr"), "--scope", "asia"],
+    "convert": lambda f: ["convert", str(f / "a.csv"), str(f / "converted.zarr")],
     "fit": lambda f: ["fit", str(f / "spec.yaml"), str(f / "a.zarr"), "--out", str(f / "out.zarr")],
     "predict": lambda f: ["predict", str(f / "model.zarr"), str(f / "a.zarr"), "--variable", "lung"],
     "demo": lambda f: ["demo", "--rows", "100"],
@@ -379,7 +408,7 @@ def test_daskjob_manifest_runs_dpgm_fit_with_current_dask_commands():
 
 
 def test_dockerfile_pins_its_base_and_installs_dpgm():
-    """Static only: no container engine runs here (see deploy/README.md)."""
+    """The Dockerfile's content (the build itself: test_container_image_builds_and_its_dpgm_runs)."""
     text = (DEPLOY / "kubernetes" / "Dockerfile").read_text()
     (base,) = re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE)
     assert re.fullmatch(r"python:3\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base  # exact release
@@ -388,3 +417,43 @@ def test_dockerfile_pins_its_base_and_installs_dpgm():
     assert "dask scheduler --help" in text and "dask worker --help" in text
     assert re.search(r"^USER 1000$", text, flags=re.MULTILINE)
     assert "MALLOC_MMAP_THRESHOLD_=268435456" in text
+
+
+
+def _buildah(storage: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run(["buildah", "--storage-driver", "vfs", "--root", str(storage / "root"),
+                           "--runroot", str(storage / "run"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_container_image_builds_and_its_dpgm_runs(tmp_path):
+    """Build deploy/kubernetes/Dockerfile for real with buildah (no daemon: vfs storage, chroot
+    isolation) and run `dpgm --help` in the image; its help equals this checkout's."""
+    import shutil
+
+    if shutil.which("buildah") is None:
+        pytest.skip("buildah is not installed (scripts/install-system-packages.sh installs it as root)")
+    dockerfile = DEPLOY / "kubernetes" / "Dockerfile"
+    (base,) = re.findall(r"^FROM\s+(\S+)", dockerfile.read_text(), flags=re.MULTILINE)
+    pulled = _buildah(tmp_path, "pull", "--quiet", base, timeout=900)
+    if pulled.returncode != 0:
+        # the one step that needs a container registry: say exactly why it failed
+        failure = (pulled.stderr.strip().splitlines() or ["(no message)"])[-1]
+        pytest.skip(f"the base image {base} cannot be pulled from any registry here: {failure}")
+    tag = f"localhost/dpgm-test:{os.getpid()}"
+    built = _buildah(tmp_path, "bud", "--isolation", "chroot", "--network", "host", "-f", str(dockerfile),
+                     "-t", tag, str(DEPLOY.parent))
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    container = _buildah(tmp_path, "from", "--quiet", tag).stdout.strip()
+    try:
+        inside = _buildah(tmp_path, "run", "--isolation", "chroot", container, "--", "dpgm", "--help", timeout=300)
+        user = _buildah(tmp_path, "run", "--isolation", "chroot", container, "--", "id", "-u", timeout=300)
+    finally:
+        _buildah(tmp_path, "rm", container, timeout=300)
+    assert inside.returncode == 0, inside.stderr
+    here = subprocess.run([str(BIN / "dpgm"), "--help"], capture_output=True, text=True, env=_environment(),
+                          timeout=120)
+    assert here.returncode == 0, here.stderr
+    assert inside.stdout == here.stdout  # the image's dpgm is this checkout's
+    assert user.stdout.strip() == "1000"  # non-root, as the Dockerfile says

@@ -113,3 +113,19 @@ def test_save_load_round_trip_is_exact(tmp_path, sachs_data):
         assert again.cpds[v].dims == model.cpds[v].dims
         np.testing.assert_array_equal(again.cpds[v].values, model.cpds[v].values)
         assert list(again.cpds[v].coords[v].values) == list(model.states[v])
+
+
+def test_random_em_starts_are_the_networks_randomized_tables():
+    """EM's random starts on flat arrays are BayesianNetwork.randomized's draws, table for table, and each
+    column is a distribution."""
+    from dpgm.api.bayesian import _family_plan, _random_starts
+
+    network = dpgm.load_network("asia")
+    plan = _family_plan(network)
+    starts = _random_starts(network, plan, 3, 11)
+    rng = np.random.default_rng(11)
+    for theta in starts:
+        drawn = network.randomized(rng)
+        for v, table in plan.tables(theta).items():
+            np.testing.assert_array_equal(table, drawn.cpds[v].transpose(v, *network.parents(v)).values)
+            np.testing.assert_allclose(table.sum(axis=0), 1.0, rtol=1e-12)

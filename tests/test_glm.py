@@ -65,8 +65,8 @@ def test_each_family_equals_statsmodels_glm(family, weighted):
     assert result.loglik == pytest.approx(oracle.llf, rel=1e-9)
     assert result.n_rows == pytest.approx(oracle.model.wnobs if weighted else len(frame))
     assert result.converged
-    if family == "gaussian":  # one pass; the MLE variance (divisor n) as the model's scale
-        assert result.passes == 1
+    if family == "gaussian":  # normal equations and one refinement; the MLE variance (divisor n) as scale
+        assert result.passes == 2
         assert model.scale == pytest.approx(oracle.deviance / oracle.model.wnobs, rel=1e-9)
     else:  # statsmodels' AIC counts the coefficients; dpgm's adds the gaussian variance
         assert result.aic == pytest.approx(oracle.aic, rel=1e-9)
@@ -191,10 +191,23 @@ def test_perfect_separation_warns_naming_the_parent_term():
     rng = np.random.default_rng(10)
     x = rng.normal(size=400)
     frame = pd.DataFrame({"x": x, "z": rng.normal(size=400), "y": (x > 0).astype(float)})
-    with pytest.warns(ConvergenceWarning, match=r"separation.*'x'"):
+    with pytest.warns(ConvergenceWarning, match=r"GLM node 'y'.*separation.*parent term 'x'"):
         result = dpgm.fit(dpgm.GLMConditional("y", ["x", "z"], family="bernoulli"), dpgm.from_pandas(frame))
     assert result.info["separated_rows"] > 0
     assert np.isfinite(result.model.coefficients.values).all()
+    # in a hybrid network the same node, in the passes shared with the other nodes, warns the same way
+    network = dpgm.HybridNetwork([("x", "y"), ("z", "y")], {"x": "gaussian", "z": "gaussian", "y": "bernoulli"})
+    with pytest.warns(ConvergenceWarning, match=r"GLM node 'y'.*separation.*parent term 'x'"):
+        fitted = dpgm.fit(network, dpgm.from_pandas(frame))
+    assert np.isfinite(fitted.model.conditionals["y"].coefficients.values).all()
+
+
+def test_stopping_at_max_iter_warns_naming_the_node():
+    frame, _ = _frame(n=2000, seed=14)
+    data = dpgm.from_pandas(frame.drop(columns="weight"))
+    with pytest.warns(ConvergenceWarning, match=r"IRLS for GLM node 'poisson' stopped after 2 iterations"):
+        result = dpgm.fit(dpgm.GLMConditional("poisson", ["x", "g", "z"], family="poisson"), data, max_iter=2)
+    assert not result.converged and result.n_iter == 2
 
 
 def test_one_compute_per_irls_pass(tmp_path, monkeypatch):
@@ -209,3 +222,63 @@ def test_one_compute_per_irls_pass(tmp_path, monkeypatch):
         result = dpgm.fit(dpgm.GLMConditional("poisson", ["x", "g", "z"], family="poisson"),
                           dpgm.open_dataset(tmp_path / "glm.zarr"), tol=1e-10)
     assert len(calls) == result.passes == result.n_iter + 1
+
+
+def test_gaussian_response_with_a_large_offset_keeps_its_digits():
+    """Mean 1e8, residual sd 1: the RSS from sums of squares would lose ~16 digits; from residuals it keeps them.
+
+    Oracle: statsmodels on the response with the offset removed (exact in float64), whose
+    slopes, deviance and standard errors the offset does not change; the intercept moves by 1e8.
+    """
+    frame, design = _frame(n=5000, seed=12)
+    offset = 1e8
+    shifted = frame.drop(columns="weight").assign(gaussian=frame["gaussian"] + offset)
+    result = dpgm.fit(dpgm.GLMConditional("gaussian", ["x", "g", "z"]), dpgm.from_pandas(shifted), tol=1e-12)
+    oracle = sm.GLM(frame["gaussian"].values, design, family=sm.families.Gaussian()).fit()
+    expected = np.asarray(oracle.params).copy()
+    expected[0] += offset
+    beta = result.model.coefficients.values
+    assert beta[0] == pytest.approx(expected[0], rel=1e-14)
+    np.testing.assert_allclose(beta[1:], expected[1:], rtol=1e-8)
+    assert result.g2 == pytest.approx(oracle.deviance, rel=1e-8)
+    assert result.loglik == pytest.approx(oracle.llf, rel=1e-10)
+    np.testing.assert_allclose(result.model.standard_errors.values, oracle.bse, rtol=1e-8)
+
+
+def test_predictions_equal_statsmodels_and_are_written_back_into_the_store(tmp_path, client):
+    """predict (means) and predict_proba (state probabilities) against statsmodels' predict on new rows.
+
+    The fit and the oracle are the same model (coefficients rel 1e-8), so the predictions
+    agree to rel 1e-8; the written variables read back equal to what was returned.
+    """
+    frame, design = _frame(n=5000, seed=13)
+    dpgm.write_dataset(dpgm.from_pandas(frame.drop(columns="weight")), tmp_path / "glm.zarr", chunk_rows=1300)
+    stored = dpgm.open_dataset(tmp_path / "glm.zarr")
+    models = {}
+    for family in ("gaussian", "poisson", "bernoulli"):
+        fitted = models[family] = dpgm.fit(dpgm.GLMConditional(family, ["x", "g", "z"], family=family), stored, client=client,
+                          tol=1e-12).model
+        oracle = sm.GLM(frame[family].values, design, family=FAMILIES[family]).fit(tol=1e-13)
+        expected = oracle.predict(design)
+        if family == "bernoulli":
+            probabilities = dpgm.predict_proba(fitted, stored, family, write=True, client=client)
+            np.testing.assert_allclose(probabilities.values, np.column_stack([1 - expected, expected]), rtol=1e-8)
+            assert list(probabilities.coords[family].values) == ["0", "1"]
+            predicted = dpgm.predict(fitted, stored, write=True, client=client)
+            np.testing.assert_array_equal(predicted.values, (expected > 0.5).astype(int))
+        else:
+            predicted = dpgm.predict(fitted, stored, write=True, client=client)
+            np.testing.assert_allclose(predicted.values, expected, rtol=1e-8)
+        reread = dpgm.open_dataset(tmp_path / "glm.zarr")
+        np.testing.assert_array_equal(reread[f"{family}_predicted"].values, predicted.values)
+    assert dpgm.Schema.from_dataset(reread)["bernoulli_predicted"].states == ("0", "1")
+    codes = frame["categorical"].cat.codes.values
+    multinomial = dpgm.fit(dpgm.GLMConditional("categorical", ["x", "g", "z"], family="categorical"), stored,
+                           client=client, tol=1e-12).model
+    oracle = sm.MNLogit(codes, design).fit(method="newton", tol=1e-14, maxiter=100, disp=False)
+    probabilities = dpgm.predict_proba(multinomial, stored, "categorical")
+    np.testing.assert_allclose(probabilities.values, oracle.predict(design), rtol=1e-7)
+    assert list(probabilities.coords["categorical"].values) == ["lo", "mid", "hi"]
+    np.testing.assert_array_equal(dpgm.predict(multinomial, stored).values, oracle.predict(design).argmax(axis=1))
+    with pytest.raises(TypeError, match="dpgm.predict gives its mean"):
+        dpgm.predict_proba(models["poisson"], stored, "poisson")

@@ -301,13 +301,13 @@ def test_cli_internal_error_shows_the_traceback_only_with_verbose(world, tmp_pat
 
 
 def _classify(error: BaseException, checkpoint: str | None = None, **meta) -> tuple[int, str]:
-    from dpgm import cli
+    from dpgm.cli import cli, failures
 
-    ctx = click.Context(cli.cli)
+    ctx = click.Context(cli)
     ctx.meta.update({f"dpgm.{k}": v for k, v in meta.items()})
     with ctx:
         try:
-            with cli._errors(checkpoint):
+            with failures.errors(checkpoint):
                 raise error
         except click.ClickException as failure:
             return failure.exit_code, failure.format_message()
@@ -392,12 +392,12 @@ def test_every_failure_is_classified(name, factory, checkpoint, meta, code, word
 
 
 def test_interrupt_with_a_checkpoint_is_75_naming_its_iteration(tmp_path):
-    from dpgm.cli import _Terminated
+    from dpgm.cli.failures import Terminated
 
     (tmp_path / "LATEST").write_text("iteration-000004")
-    code, message = _classify(_Terminated(signal.SIGTERM), str(tmp_path))
+    code, message = _classify(Terminated(signal.SIGTERM), str(tmp_path))
     assert code == 75 and "SIGTERM" in message and "iteration 4" in message and "--resume" in message
-    code, message = _classify(_Terminated(signal.SIGTERM), None)
+    code, message = _classify(Terminated(signal.SIGTERM), None)
     assert code == 143
 
 

@@ -117,3 +117,32 @@ def test_mismatched_cardinality_or_label_order_names_the_variable():
         pt.log_normalize(a * -np.inf)
     with pytest.raises(ValueError, match="nonzero entry by zero"):
         pt.log_divide(a, a.copy(data=[0.0, -np.inf]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.permutations(list(CARDS)), st.lists(st.sampled_from(list(CARDS)), unique=True), st.integers(0, 2**16))
+def test_plain_reduce_to_and_expand_equal_einsum(scope, target, seed):
+    """reduce_to sums a table to a sub-scope (axes in the sub-scope's order), expand broadcasts one back up."""
+    rng = np.random.default_rng(seed)
+    scope = tuple(scope)
+    table = rng.random([CARDS[v] for v in scope])
+    target = tuple(target)
+    reduced = pt.reduce_to(table, scope, target)
+    np.testing.assert_allclose(reduced, np.einsum(f"{''.join(scope)}->{''.join(target)}", table), rtol=1e-12)
+    small = rng.random([CARDS[v] for v in target])
+    np.testing.assert_array_equal(table * pt.expand(small, target, scope),
+                                  np.einsum(f"{''.join(scope)},{''.join(target)}->{''.join(scope)}", table, small))
+
+
+def test_labelled_marginal_and_labelled_table():
+    rng = np.random.default_rng(3)
+    f = _potential(rng, ("a", "b", "c"))
+    out = pt.marginal(f, ["c", "a"])
+    assert out.dims == ("c", "a")
+    np.testing.assert_allclose(out.values, np.einsum("abc->ca", f.values), rtol=1e-12)
+    assert list(out.coords["c"].values) == list(f.coords["c"].values)
+    with pytest.raises(ValueError, match="not in the potential"):
+        pt.marginal(f, ["zzz"])
+    states = {v: [f"{v}{i}" for i in range(CARDS[v])] for v in "ab"}
+    labelled = pt.labelled_table(f.values.sum(axis=2), ("a", "b"), states)
+    xr.testing.assert_identical(labelled, xr.DataArray(f.values.sum(axis=2), dims=("a", "b"), coords=states))

@@ -320,3 +320,39 @@ def test_cli_fit_on_jobqueue_slurm_cluster(slurm, asia):
     assert list(folder.glob("slurm-*.out")) or list(folder.glob("dask-worker*.out")), sorted(folder.iterdir())
     truth = dpgm.load_network("asia")
     _assert_same_model(folder / "model.zarr", dpgm.fit(dpgm.BayesianNetwork.from_edges(truth.edges), dpgm.open_dataset(asia)).model)
+
+
+def test_two_sbatch_jobs_on_one_node_run_side_by_side_on_free_ports(slurm, asia):
+    """Two dpgm jobs on the same node at once (fixed ports made the second wait for a scheduler that
+    had died): both finish, each with its own scheduler, and both write the closed-form fit."""
+    jobs = {}
+    for name in ("first", "second"):
+        folder = _shared_folder(slurm, f"side-by-side-{name}")
+        spec = folder / "bn.yaml"
+        spec.write_text("model: bayesian_network\nnetwork: asia\n")
+        jobs[name] = folder, slurm.sbatch("--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
+                                          folder / "model.zarr", cwd=folder)
+    finished = {name: slurm.wait(job_id, timeout=180) for name, (_, job_id) in jobs.items()}
+    for name, job in finished.items():
+        assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (jobs[name][0] / "job.out").read_text()
+    first, second = finished["first"], finished["second"]
+    assert first["StartTime"] < second["EndTime"] and second["StartTime"] < first["EndTime"]  # they overlapped
+    addresses = {json.loads((folder / f"dpgm-{job_id}" / "run-0" / "scheduler.json").read_text())["address"]
+                 for folder, job_id in jobs.values()}
+    assert len(addresses) == 2 and not any(a.endswith(":8786") for a in addresses), addresses
+    # oracle: the maximum-likelihood CPDs are the data's conditional frequencies (pandas)
+    frame = dpgm.to_pandas(dpgm.open_dataset(asia).load())
+    truth = dpgm.load_network("asia")
+    for folder, _ in jobs.values():
+        fitted = dpgm.load(folder / "model.zarr")
+        for variable in truth.variables:
+            parents = list(fitted.parents(variable))
+            cpd = fitted.cpds[variable].transpose(variable, *parents)
+            counts = frame.groupby(parents + [variable], observed=False).size() if parents else \
+                frame[variable].value_counts()
+            for index, count in counts.items():
+                key = dict(zip([*parents, variable], index if parents else [index], strict=True))
+                total = counts.loc[index[:-1]].sum() if parents else counts.sum()
+                if total == 0:  # a parent configuration never seen: no data to compare with
+                    continue
+                assert float(cpd.sel(key)) == pytest.approx(count / total, rel=1e-12, abs=1e-15), (variable, key)

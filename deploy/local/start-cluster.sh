@@ -50,7 +50,7 @@ fail() {
 }
 
 launch scheduler dask scheduler --host 127.0.0.1 --port "$port" --dashboard-address 127.0.0.1:0 \
-    --scheduler-file "$dir/scheduler.json"
+    --preload dpgm.dashboard --scheduler-file "$dir/scheduler.json"
 for _ in $(seq $((timeout * 10))); do
     [ -s "$dir/scheduler.json" ] && break
     running "$dir/scheduler.pid" || fail "the scheduler exited; see $dir/scheduler.log"

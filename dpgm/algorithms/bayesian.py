@@ -11,51 +11,16 @@ import numpy as np
 import xarray as xr
 from scipy.special import gammaln
 
-from dpgm.algorithms.result import FitResult
+from dpgm.cpt import PRIORS, CPTLayout, pseudo_counts
 from dpgm.models.bayesian_network import BayesianNetwork
 
 __all__ = [
-    "PRIORS",
     "bayesian_network_estimate",
     "family_log_marginal_likelihood",
+    "family_loglik",
     "log_marginal_likelihood",
-    "pseudo_counts",
+    "n_free_parameters",
 ]
-
-PRIORS = ("BDeu", "K2", "dirichlet")
-
-
-def pseudo_counts(
-    family: tuple[str, ...],
-    shape: tuple[int, ...],
-    prior: str | None,
-    equivalent_sample_size: float,
-    pseudo: Any = None,
-) -> np.ndarray:
-    """Dirichlet pseudo-counts of one family's table, shaped ``(variable, *parents)``.
-
-    ``BDeu``: ``equivalent_sample_size / (r * q)`` in every cell (``r`` states,
-    ``q`` parent configurations); ``K2``: 1 in every cell; ``dirichlet``: the
-    user's ``pseudo`` (a number, or an array / DataArray of the table's shape).
-    """
-    if prior is None:
-        return np.zeros(shape)
-    if prior == "BDeu":
-        return np.full(shape, equivalent_sample_size / np.prod(shape))
-    if prior == "K2":
-        return np.ones(shape)
-    if prior == "dirichlet":
-        if pseudo is None:
-            raise ValueError(f"prior='dirichlet' needs pseudo_counts for {family[0]!r}")
-        if isinstance(pseudo, xr.DataArray):
-            values = pseudo.transpose(*family).values
-        else:
-            values = np.asarray(pseudo, dtype=float)
-        values = np.broadcast_to(values, shape).astype(float)
-        if (values < 0).any() or not np.isfinite(values).all():
-            raise ValueError(f"pseudo-counts of {family[0]!r} must be finite and nonnegative")
-        return values
-    raise ValueError(f"unknown prior {prior!r}; expected one of {PRIORS}")
 
 
 def bayesian_network_estimate(
@@ -78,20 +43,18 @@ def bayesian_network_estimate(
     (BayesianNetwork, dict)
         The estimate, and ``info``.
     """
+    families = list(_families(structure, family_counts, prior, equivalent_sample_size, pseudo_counts_by_variable))
+    layout = CPTLayout([f[0] for f, *_ in families], {f[0]: counts.shape[0] for f, _, counts, _ in families},
+                       {f[0]: f[1:] for f, *_ in families})
+    flat = [(counts + alpha).ravel() for _, _, counts, alpha in families]
+    theta, empty = layout.normalize(np.concatenate(flat) if flat else np.zeros(0))
+    labelled = {f[0]: table for f, table, _, _ in families}
     cpds = {}
-    empty = 0
-    for family, table, counts, alpha in _families(
-        structure, family_counts, prior, equivalent_sample_size, pseudo_counts_by_variable
-    ):
-        values = counts + alpha
-        totals = values.sum(axis=0, keepdims=True)
-        zero = totals == 0
-        empty += int(zero.sum())
-        estimate = np.where(zero, 1.0 / values.shape[0], values / np.where(zero, 1.0, totals))
+    for v, estimate in layout.tables(theta).items():
         # the counts' labels are the table's: a shallow copy with new values keeps their indexes
-        cpd = table.copy(deep=False, data=estimate)
+        cpd = labelled[v].copy(deep=False, data=estimate)
         cpd.attrs, cpd.name = {}, None
-        cpds[family[0]] = cpd
+        cpds[v] = cpd
     return BayesianNetwork(cpds), {"empty_parent_configurations": empty}
 
 
@@ -235,19 +198,3 @@ def n_free_parameters(model: BayesianNetwork) -> int:
     """Free parameters: ``sum (r - 1) q`` over the variables."""
     return int(sum((model.cardinality(v) - 1) * int(np.prod([model.cardinality(p) for p in model.parents(v)]))
                    for v in model.variables))
-
-
-def result_for(model: BayesianNetwork, family_counts, n_rows: float, method: str, info: dict,
-               log_marginal_likelihood: float | None = None) -> FitResult:
-    """A closed-form FitResult for a Bayesian network (with the Bayesian score for ``method="bayes"``)."""
-    return FitResult(
-        model=model,
-        method=method,
-        loglik=family_loglik(model, family_counts),
-        converged=True,
-        n_iter=0,
-        n_rows=n_rows,
-        n_params=n_free_parameters(model),
-        info=info,
-        log_marginal_likelihood=log_marginal_likelihood,
-    )

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import networkx as nx
 import numpy as np
 
-from dpgm.algorithms.tables import Scope, reduce_to
+from dpgm.potentials import Scope, expand, reduce_to
 
 __all__ = ["check_decomposable", "decomposable_mle"]
 
@@ -95,9 +95,7 @@ def decomposable_mle(scopes: list[Scope], counts: Mapping[Scope, np.ndarray]) ->
                 marginal = reduce_to(np.asarray(counts[scope], dtype=float), scope, separator) / n
                 with np.errstate(divide="ignore"):
                     log_separator = np.log(marginal)
-                shape = [table.shape[scope.index(v)] if v in separator else 1 for v in scope]
-                order = sorted(range(len(separator)), key=lambda i: scope.index(separator[i]))
-                expanded = np.transpose(log_separator, order).reshape(shape)
+                expanded = expand(log_separator, separator, scope)
                 # 0/0 = 0: cells of an empty separator configuration stay at -inf
                 table = np.where(np.isneginf(expanded), -np.inf, table - expanded)
             log_potentials[scope] = table

@@ -115,9 +115,7 @@ class EMFamily:
 
     def add(self, first: Any, second: Any) -> Any:
         """Statistics of two disjoint sets of rows combined."""
-        from dpgm.stats.engine import add_partials
-
-        return add_partials(first, second)
+        return _leafwise(first, second, lambda a, b: a + b)
 
     def subtract(self, total: Any, part: Any) -> Any:
         """Statistics of ``total``'s rows without ``part``'s."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from dpgm.algorithms.tables import JointEngine, Scope, expand
+from dpgm.algorithms.tables import JointEngine
+from dpgm.potentials import Scope, expand
 
-__all__ = ["FeatureSet"]
+__all__ = ["FeatureSet", "feature_set"]
 
 
 class FeatureSet:
@@ -78,3 +80,9 @@ class FeatureSet:
         mean = values @ joint
         centered = values - mean[:, None]
         return mean, (centered * joint) @ centered.T
+
+
+def feature_set(model: Any) -> tuple[FeatureSet, list[str]]:
+    """A log-linear model's features stacked per scope, and the feature names in that order."""
+    tables, order = model.stacked_features()
+    return FeatureSet(tables), order

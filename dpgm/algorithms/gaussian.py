@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from dpgm.algorithms.result import log_iteration
+from dpgm.algorithms.result import log_iteration, parameter_change
 from dpgm.inference.triangulation import clique_tree
 
 __all__ = ["decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
@@ -98,6 +98,8 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
 
     Stops when every clique's block of the fitted covariance is within ``tol``
     (largest absolute difference, relative to the largest variance) of ``S``.
+    Each sweep's record has ``param_change``: the largest absolute change of a
+    precision entry in the sweep.
     """
     cliques = maximal_cliques(adjacency)
     targets = [_inverse(sample[np.ix_(c, c)], c) for c in cliques]
@@ -110,6 +112,7 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
     iteration = 0
     for iteration in range(1, max_iter + 1):
         error = 0.0
+        before = precision.copy()
         for clique, target in zip(cliques, targets, strict=True):
             index = np.ix_(clique, clique)
             block = covariance[index]
@@ -125,6 +128,7 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
             "iteration": iteration,
             "loglik": gaussian_loglik(covariance, sample, n),
             "max_error": error,
+            "param_change": parameter_change(before, precision),
             "seconds": time.perf_counter() - start,
         })
         if error < tol:

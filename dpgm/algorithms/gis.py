@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dpgm.algorithms.features import FeatureSet
-from dpgm.algorithms.result import log_iteration
+from dpgm.algorithms.result import log_iteration, parameter_change
 
 __all__ = ["gis"]
 
@@ -62,7 +62,9 @@ def gis(
     max_iter, tol
         Stop when ``max_i |E_model[f_i] - E_data[f_i]| < tol`` or after ``max_iter`` steps.
     callback
-        Called with each step's history record.
+        Called with each step's history record, at the weights before the step
+        (``param_change``: the largest absolute change of a weight since the
+        previous record; None at the start).
 
     Returns
     -------
@@ -79,14 +81,17 @@ def gis(
     converged = False
     step = 0
     zero = empirical <= 0
+    previous = None
     for step in range(1, max_iter + 1):
         effective = np.where(zero, -np.inf, theta - theta_slack)
+        change = None if previous is None else parameter_change(previous, effective)
+        previous = effective
         marginals, log_z = engine(features.log_potentials(effective), features.scopes)
         expected = features.expectations(marginals)
         error = float(np.abs(expected - empirical).max())
         loglik = n * (float(np.dot(np.where(zero, 0.0, effective), empirical)) - log_z)
         log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
-                                           "seconds": time.perf_counter() - start})
+                                           "param_change": change, "seconds": time.perf_counter() - start})
         if error < tol:
             converged = True
             break

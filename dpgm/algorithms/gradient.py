@@ -26,6 +26,7 @@ import numpy as np
 import scipy.optimize
 
 from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.result import parameter_change
 from dpgm.algorithms.tables import JointEngine
 
 __all__ = ["lbfgs", "newton", "proximal_gradient"]
@@ -49,6 +50,7 @@ class _Objective:
         self.history: list[dict] = []
         self.callback = callback
         self.start = time.perf_counter()
+        self.previous: np.ndarray | None = None  # weights of the last record (or the start)
 
     def full(self, theta: np.ndarray) -> np.ndarray:
         """Active weights -> every feature's weight (``-inf`` for the inactive ones)."""
@@ -71,8 +73,10 @@ class _Objective:
             "loglik": self.n * mean_loglik,
             "objective": objective,
             "max_error": float(np.abs(gradient - self.l2 * theta).max()),
+            "param_change": None if self.previous is None else parameter_change(self.previous, theta),
             "seconds": time.perf_counter() - self.start,
         }
+        self.previous = np.array(theta, dtype=float)
         self.history.append(entry)
         if self.callback is not None:
             self.callback(entry)
@@ -92,6 +96,7 @@ def lbfgs(features: FeatureSet, empirical: np.ndarray, engine, *, l2: float = 0.
     """
     problem = _Objective(features, empirical, engine, l2, 0.0, n, callback)
     theta0 = _start(problem, theta)
+    problem.previous = theta0  # each record is after an L-BFGS-B iteration
     cache: dict = {}
 
     def fun(theta):
@@ -198,6 +203,7 @@ def proximal_gradient(features: FeatureSet, empirical: np.ndarray, engine, *, l1
     """
     problem = _Objective(features, empirical, engine, l2, l1, n, callback)
     theta = _start(problem, theta)
+    problem.previous = theta  # each record is after a step
     momentum_point, t, lipschitz = theta.copy(), 1.0, 1.0
     converged = False
     iteration = 0

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpgm.algorithms.result import log_iteration
-from dpgm.algorithms.tables import Scope, loglik_from_potentials
+from dpgm.algorithms.result import log_iteration, parameter_change
+from dpgm.algorithms.tables import loglik_from_potentials
+from dpgm.potentials import Scope
 
 __all__ = ["IPFState", "ipf"]
 
@@ -69,7 +70,8 @@ def ipf(
         Stop when the largest absolute difference between model and empirical
         marginal probabilities is below ``tol``.
     callback
-        Called with each sweep's history record.
+        Called with each sweep's history record (``param_change``: the largest
+        absolute change of a log potential in the sweep).
 
     Returns
     -------
@@ -85,6 +87,7 @@ def ipf(
     iteration = 0
     marginals, log_z = engine(log_potentials, scopes)
     for iteration in range(1, max_iter + 1):
+        before = {s: log_potentials[s] for s in scopes}  # the updates below make new arrays
         for scope in scopes:
             current, _ = engine(log_potentials, [scope])
             log_potentials[scope] = log_potentials[scope] + _log_ratio(targets[scope], current[scope])
@@ -94,6 +97,7 @@ def ipf(
             "iteration": iteration,
             "loglik": loglik_from_potentials(counts, log_potentials, log_z, n),
             "max_error": error,
+            "param_change": parameter_change(before, log_potentials),
             "seconds": time.perf_counter() - start,
         })
         if error < tol:

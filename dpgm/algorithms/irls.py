@@ -27,7 +27,7 @@ import scipy.linalg
 
 from dpgm.errors import DataError
 
-__all__ = ["IRLSResult", "irls", "solve_normal_equations"]
+__all__ = ["IRLSNode", "IRLSResult", "irls", "solve_normal_equations"]
 
 # halvings of a step that raised the deviance before giving up on it
 MAX_HALVINGS = 30
@@ -43,7 +43,7 @@ class IRLSResult:
     converged: bool
     n_iter: int
     passes: int
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, float | None]] = field(default_factory=list)
 
 
 def solve_normal_equations(xtwx: np.ndarray, xtwz: np.ndarray, penalty: np.ndarray,
@@ -72,6 +72,113 @@ def solve_normal_equations(xtwx: np.ndarray, xtwz: np.ndarray, penalty: np.ndarr
     return scipy.linalg.cho_solve(factor, xtwz), factor
 
 
+class IRLSNode:
+    """The driver's state of one GLM's IRLS fit, advanced one pass at a time.
+
+    ``request()`` gives the coefficients the next pass must evaluate (``None``: the
+    start, no coefficients yet); ``update(statistics)`` takes that pass's statistics
+    (``xtwx``, ``xtwz``, ``deviance``) and decides the next request: a Newton step,
+    a halved step (the deviance rose), or ``done``. Several nodes advance in the same
+    passes (a hybrid network's GLM nodes): each pass evaluates every node that is
+    not ``done``.
+
+    The identity link (``closed_form``) is done after two passes: the normal
+    equations at the start, then one refinement at their solution from the
+    residuals ``y - X beta`` (``statistics["gradient"] = X'W(y - X beta)`` and the
+    residual sum of squares ``deviance``), which keeps the digits of the
+    coefficients and of the deviance when the response has a large offset.
+    """
+
+    def __init__(self, *, labels: Sequence[str], penalty: np.ndarray, tol: float, max_iter: int,
+                 closed_form: bool = False, callback: Callable[[dict[str, float | None]], None] | None = None):
+        self.labels, self.penalty, self.tol, self.max_iter = list(labels), penalty, tol, max_iter
+        self.closed_form, self.callback = closed_form, callback
+        self.start = time.perf_counter()
+        self.beta: np.ndarray | None = None
+        self.statistics: dict[str, Any] | None = None
+        self.history: list[dict[str, float | None]] = []
+        self.recorded: np.ndarray | None = None  # coefficients of the last record
+        self.previous: float | None = None
+        self.previous_beta: np.ndarray | None = None
+        self.converged, self.done = False, False
+        self.halvings = self.iteration = self.passes = 0
+        self.deviance = float("nan")
+
+    def request(self) -> np.ndarray | None:
+        """The coefficients the next pass evaluates (``None`` for the start)."""
+        if self.done:
+            raise RuntimeError("the IRLS fit is done: no further pass")
+        return self.beta
+
+    def update(self, statistics: dict[str, Any]) -> None:
+        """Take one pass's statistics at :meth:`request`'s coefficients."""
+        self.passes += 1
+        if self.beta is None:
+            self.statistics = statistics
+            self.beta, _ = solve_normal_equations(statistics["xtwx"], statistics["xtwz"], self.penalty, self.labels)
+            return
+        if self.closed_form:
+            self._refine(statistics)
+            return
+        beta = self.beta
+        deviance = float(statistics["deviance"] + beta @ (self.penalty * beta))
+        if not np.isfinite(deviance):
+            raise DataError("the deviance is not finite at the current coefficients: the linear predictor "
+                            "diverges; scale the continuous parents or add an l2 penalty")
+        previous = self.previous
+        if (previous is not None and deviance > previous + 1e-12 * (abs(previous) + 0.1)
+                and self.halvings < MAX_HALVINGS):
+            self.beta = (beta + self.previous_beta) / 2  # a step that raised the deviance: halve it, same iteration
+            self.halvings += 1
+            return
+        self.iteration += 1
+        self.halvings = 0
+        self.statistics, self.deviance = statistics, deviance
+        self._record(deviance)
+        if previous is not None and abs(deviance - previous) <= self.tol * (abs(deviance) + 0.1):
+            self.converged = self.done = True
+            return
+        if self.iteration >= self.max_iter:
+            self.done = True
+            return
+        self.previous, self.previous_beta = deviance, beta
+        self.beta, _ = solve_normal_equations(statistics["xtwx"], statistics["xtwz"], self.penalty, self.labels)
+
+    def _refine(self, statistics: dict[str, Any]) -> None:
+        """Least squares: one correction from the residuals at the normal equations' solution."""
+        beta, penalty = self.beta, self.penalty
+        gradient = statistics["gradient"] - penalty * beta
+        delta, _ = solve_normal_equations(statistics["xtwx"], gradient, penalty, self.labels)
+        # residual sum of squares at beta + delta, expanded around beta (every term of the residuals' scale)
+        rss = float(statistics["deviance"] - 2 * delta @ statistics["gradient"]
+                    + delta @ statistics["xtwx"] @ delta)
+        self.beta = beta + delta
+        self.statistics = statistics | {"deviance": max(rss, 0.0)}
+        self.deviance = max(rss, 0.0)
+        self.iteration = 1
+        self._record(self.deviance)
+        self.converged = self.done = True
+
+    def _record(self, deviance: float) -> None:
+        beta = np.asarray(self.beta, dtype=float)
+        change = None if self.recorded is None else float(np.abs(beta - self.recorded).max())
+        self.recorded = beta.copy()
+        record = {"iteration": float(self.iteration), "deviance": deviance, "param_change": change,
+                  "seconds": time.perf_counter() - self.start}
+        self.history.append(record)
+        if self.callback is not None:
+            self.callback(record)
+
+    def result(self) -> IRLSResult:
+        """The fit once :attr:`done`: covariance ``(X'WX + diag(penalty))^-1`` from the last pass."""
+        assert self.statistics is not None and self.beta is not None
+        _, factor = solve_normal_equations(self.statistics["xtwx"], self.statistics["xtwz"], self.penalty,
+                                           self.labels)
+        covariance = scipy.linalg.cho_solve(factor, np.eye(len(self.beta)))
+        return IRLSResult(self.beta, self.statistics, covariance, self.converged, self.iteration, self.passes,
+                          self.history)
+
+
 def irls(
     step: Callable[[np.ndarray | None], dict[str, Any]],
     *,
@@ -80,7 +187,7 @@ def irls(
     tol: float,
     max_iter: int,
     closed_form: bool = False,
-    callback: Callable[[dict[str, float]], None] | None = None,
+    callback: Callable[[dict[str, float | None]], None] | None = None,
 ) -> IRLSResult:
     """Fit a GLM by IRLS, one ``step`` (one pass over the data) per iteration.
 
@@ -97,9 +204,12 @@ def irls(
         Stop when the relative change of the penalized deviance is at most ``tol``,
         or after ``max_iter`` iterations.
     closed_form
-        The identity link (gaussian): the first solve is the answer (one pass).
+        The identity link (gaussian): the normal equations, then one refinement
+        from the residuals (two passes; see :class:`IRLSNode`).
     callback
-        Called with each iteration's record (``iteration``, ``deviance``, ``seconds``).
+        Called with each iteration's record (``iteration``, ``deviance``, ``seconds``,
+        ``param_change``: the largest absolute change of a coefficient since the
+        previous record; None for the first).
 
     Returns
     -------
@@ -107,41 +217,8 @@ def irls(
         ``covariance`` is ``(X'WX + diag(penalty))^-1`` at the returned coefficients
         (unscaled: multiply by the dispersion where there is one).
     """
-    start = time.perf_counter()
-    statistics = step(None)
-    passes = 1
-    beta, factor = solve_normal_equations(statistics["xtwx"], statistics["xtwz"], penalty, labels)
-    if closed_form:
-        covariance = scipy.linalg.cho_solve(factor, np.eye(len(beta)))
-        return IRLSResult(beta, statistics, covariance, True, 1, passes)
-    history: list[dict[str, float]] = []
-    previous: float | None = None
-    previous_beta = beta
-    converged, halvings, iteration = False, 0, 0
-    while iteration < max_iter:
-        statistics = step(beta)
-        passes += 1
-        deviance = float(statistics["deviance"] + beta @ (penalty * beta))
-        if not np.isfinite(deviance):
-            raise DataError("the deviance is not finite at the current coefficients: the linear predictor "
-                            "diverges; scale the continuous parents or add an l2 penalty")
-        if previous is not None and deviance > previous + 1e-12 * (abs(previous) + 0.1) and halvings < MAX_HALVINGS:
-            beta = (beta + previous_beta) / 2  # a step that raised the deviance: halve it, same iteration
-            halvings += 1
-            continue
-        iteration += 1
-        halvings = 0
-        record = {"iteration": float(iteration), "deviance": deviance, "seconds": time.perf_counter() - start}
-        history.append(record)
-        if callback is not None:
-            callback(record)
-        if previous is not None and abs(deviance - previous) <= tol * (abs(deviance) + 0.1):
-            converged = True
-            break
-        if iteration == max_iter:
-            break
-        previous, previous_beta = deviance, beta
-        beta, factor = solve_normal_equations(statistics["xtwx"], statistics["xtwz"], penalty, labels)
-    _, factor = solve_normal_equations(statistics["xtwx"], statistics["xtwz"], penalty, labels)
-    covariance = scipy.linalg.cho_solve(factor, np.eye(len(beta)))
-    return IRLSResult(beta, statistics, covariance, converged, iteration, passes, history)
+    node = IRLSNode(labels=labels, penalty=penalty, tol=tol, max_iter=max_iter, closed_form=closed_form,
+                    callback=callback)
+    while not node.done:
+        node.update(step(node.request()))
+    return node.result()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FitResult", "information_criteria", "log_iteration"]
+import numpy as np
+
+__all__ = ["FitResult", "information_criteria", "log_iteration", "parameter_change"]
 
 
 @dataclass
@@ -28,8 +31,11 @@ class FitResult:
     history
         One record per iteration: ``iteration``, ``loglik``, ``max_error`` (largest
         absolute difference between model and empirical marginals, where it
-        applies), ``objective`` (penalized objective, where it applies) and
-        ``seconds`` since the start.
+        applies), ``objective`` (penalized objective, where it applies),
+        ``param_change`` (largest absolute change of a parameter since the previous
+        record, on the scale the algorithm iterates: log potentials, weights,
+        probabilities, precision entries, coefficients; None where there is no
+        previous one) and ``seconds`` since the start.
     n_rows
         Rows (or total weight) the statistics came from.
     n_params
@@ -110,7 +116,8 @@ class FitResult:
         if self.log_marginal_likelihood is not None:
             lines.append(f"  log marginal likelihood (Bayesian score) {self.log_marginal_likelihood:.6f}")
         if self.g2 is not None:
-            lines.append(f"  G^2 {self.g2:.6g}   Pearson X^2 {self.pearson:.6g}   df {self.df}")
+            pearson = f"   Pearson X^2 {self.pearson:.6g}" if self.pearson is not None else ""
+            lines.append(f"  G^2 {self.g2:.6g}{pearson}   df {self.df}")
         if self.history:
             last = self.history[-1]
             if last.get("max_error") is not None:
@@ -189,6 +196,22 @@ class FitResult:
 def information_criteria(loglik: float, n_params: int, n_rows: float) -> tuple[float, float]:
     """AIC and BIC."""
     return -2 * loglik + 2 * n_params, -2 * loglik + n_params * math.log(max(n_rows, 1.0))
+
+
+def parameter_change(before, after) -> float:
+    """Largest absolute change between two sets of parameters (arrays, or mappings of arrays).
+
+    A parameter equal in both (``-inf`` for a structural or fitted zero included)
+    changed by 0; one that became infinite changed by ``inf``.
+    """
+    if isinstance(before, Mapping):
+        return max((parameter_change(before[k], after[k]) for k in before), default=0.0)
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if before.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        difference = np.where(before == after, 0.0, np.abs(after - before))
+    return float(np.max(difference))
 
 
 def log_iteration(history: list[dict], callback, record: dict) -> dict:

@@ -18,30 +18,14 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import xarray as xr
 
-__all__ = ["MAX_JOINT_CELLS", "JointEngine", "Scope", "expand", "loglik_from_potentials"]
+from dpgm.models.zeros import zeros_log_factor
+from dpgm.potentials import Scope, expand, reduce_to
 
-Scope = tuple[str, ...]
+__all__ = ["MAX_JOINT_CELLS", "JointEngine", "TreeEngine", "engine_for", "loglik_from_potentials", "zero_offsets"]
+
 MAX_JOINT_CELLS = 1 << 22
-
-
-def expand(table: np.ndarray, scope: Scope, variables: Sequence[str]) -> np.ndarray:
-    """View of a scope's table broadcastable against the joint over ``variables``."""
-    order = sorted(range(len(scope)), key=lambda i: variables.index(scope[i]))
-    moved = np.transpose(table, order)
-    shape = [1] * len(variables)
-    for i in order:
-        shape[variables.index(scope[i])] = table.shape[i]
-    return moved.reshape(shape)
-
-
-def reduce_to(joint: np.ndarray, variables: Sequence[str], scope: Scope) -> np.ndarray:
-    """Sum a joint table over everything but ``scope``; axes in ``scope`` order."""
-    keep = [variables.index(v) for v in scope]
-    other = tuple(i for i in range(len(variables)) if i not in keep)
-    summed = joint.sum(axis=other) if other else joint
-    kept_sorted = sorted(keep)
-    return np.transpose(summed, [kept_sorted.index(k) for k in keep])
 
 
 class JointEngine:
@@ -143,3 +127,19 @@ class TreeEngine:
         if not np.isfinite(log_z):
             raise ValueError("every cell of the model has probability zero")
         return self._tree.family_counts(cliques, scopes), float(log_z)
+
+
+def engine_for(variables: Sequence[str], states: dict, offsets: dict[Scope, np.ndarray] | None = None):
+    """Marginals engine for a model over ``variables``: the enumerated joint when small enough,
+    else a junction tree; ``offsets`` (structural zeros) are fixed tables of every call."""
+    cards = {v: len(states[v]) for v in variables}
+    engine = TreeEngine if math.prod(cards.values()) > MAX_JOINT_CELLS else JointEngine
+    return engine(variables, cards, fixed=offsets)
+
+
+def zero_offsets(zeros: xr.DataArray | None) -> dict[Scope, np.ndarray]:
+    """``{scope: log table}`` with ``-inf`` on the structural zeros (empty without any)."""
+    if zeros is None:
+        return {}
+    scope, table = zeros_log_factor(zeros)
+    return {scope: table}

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from dpgm.algorithms.ipf import IPFState, _log_ratio
-from dpgm.algorithms.result import log_iteration
-from dpgm.algorithms.tables import Scope, expand, loglik_from_potentials, reduce_to
+from dpgm.algorithms.result import log_iteration, parameter_change
+from dpgm.algorithms.tables import loglik_from_potentials
 from dpgm.inference.batched import BatchedTree
 from dpgm.inference.triangulation import build_tree
+from dpgm.potentials import Scope, expand, reduce_to
 
 __all__ = ["tree_ipf"]
 
@@ -105,7 +106,8 @@ def tree_ipf(
         Also stop when a sweep changes the log-likelihood by at most ``loglik_tol``
         times its absolute value (0, the default, turns this rule off).
     callback
-        Called with each sweep's history record.
+        Called with each sweep's history record (``param_change``: the largest
+        absolute change of a log potential in the sweep).
     structure
         A junction tree of ``scopes`` (and the ``fixed`` scopes) built earlier by
         ``build_tree`` (EM's M step reuses one across iterations); built here if None.
@@ -138,6 +140,7 @@ def tree_ipf(
     current = {root[c]: c for c in reversed([home[s] for s in scopes])}  # each tree's calibrated clique
     for iteration in range(1, max_iter + 1):
         error = 0.0
+        before = dict(log_potentials)  # the updates below make new arrays
         for scope in scopes:
             clique = home[scope]
             route = hugin.path(current[root[clique]], clique)
@@ -156,6 +159,7 @@ def tree_ipf(
             "loglik": loglik,
             "change": change,
             "max_error": error,
+            "param_change": parameter_change(before, log_potentials),
             "seconds": time.perf_counter() - start,
         })
         if error < tol or (loglik_tol > 0 and change is not None and abs(change) <= loglik_tol * abs(loglik)):

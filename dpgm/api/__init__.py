@@ -13,6 +13,7 @@ from dpgm.api.checks import check_checkpoint, check_fit_options
 from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
 from dpgm.api.glm import fit_glm
 from dpgm.api.hmm import fit_hmm
+from dpgm.api.hybrid import fit_hybrid
 from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
 from dpgm.api.mixture import fit_gaussian_mixture
@@ -22,6 +23,7 @@ from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.glm import GLMConditional
 from dpgm.models.hmm import HiddenMarkovModel
+from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -53,7 +55,9 @@ def fit(
         A :class:`~dpgm.BayesianNetwork` (parameterized, or a structure from
         ``BayesianNetwork.from_edges`` whose states come from the data), a
         :class:`~dpgm.MarkovNetwork`, a :class:`~dpgm.LogLinearModel` or a
-        :class:`~dpgm.HiddenMarkovModel`. Model variables absent from the data are
+        :class:`~dpgm.HiddenMarkovModel`, a :class:`~dpgm.GLMConditional` (IRLS) or a
+        :class:`~dpgm.HybridNetwork` (tables and GLM nodes in the same passes;
+        ``method="em"`` with a latent variable). Model variables absent from the data are
         latent (``method="em"``).
     data
         A dataset (lazy Zarr-backed or in memory) or a labelled contingency table.
@@ -143,7 +147,7 @@ def _reporter(model, data, method, client, callback):
     iterations; see :mod:`dpgm.dashboard`.
     """
     defaults = [(HiddenMarkovModel, "em"), (MarkovNetwork, "ipf"), (LogLinearModel, "lbfgs"),
-                (GaussianMixture, "em")]
+                (GaussianMixture, "em"), (HybridNetwork, "mle")]
     iterative = method or next((name for kind, name in defaults if isinstance(model, kind)), None)
     if iterative is None or (isinstance(model, BayesianNetwork) and iterative != "em"):
         return None
@@ -189,6 +193,9 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
     if isinstance(model, GLMConditional):
         return fit_glm(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
                        callback=callback, **options)
+    if isinstance(model, HybridNetwork):
+        return fit_hybrid(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                          callback=callback, **options)
     if isinstance(model, GaussianMixture):
         if method not in (None, "em"):
             raise ValueError(f"a GaussianMixture is fitted by method='em', not {method!r}")

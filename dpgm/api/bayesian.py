@@ -9,15 +9,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpgm.algorithms.bayesian import (
-    PRIORS,
     bayesian_network_estimate,
+    family_loglik,
     log_marginal_likelihood,
-    result_for,
+    n_free_parameters,
 )
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
+from dpgm.api.results import fit_result
+from dpgm.cpt import PRIORS, random_tables
 from dpgm.errors import DataError
 from dpgm.models.bayesian_network import BayesianNetwork
 
@@ -67,16 +69,14 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
         model, tables, prior=prior, equivalent_sample_size=equivalent_sample_size,
         pseudo_counts_by_variable=pseudo_counts,
     )  # the same family counts: no further pass over the data
-    result = result_for(estimate, tables, float(tables.n_rows), method, info, log_marginal_likelihood=score)
+    n_params = n_free_parameters(estimate)
+    g2 = pearson = df = None
     if saturated:
         observed = tables[saturated].values
-        result.g2, result.pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
-        result.df = int(observed.size - 1 - result.n_params)
-    return result
-
-
-def bn_factors(model: BayesianNetwork) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    return [(tuple(map(str, model.cpds[v].dims)), model.cpds[v].values) for v in model.variables]
+        g2, pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
+        df = int(observed.size - 1 - n_params)
+    return fit_result(estimate, method, loglik=family_loglik(estimate, tables), n_rows=float(tables.n_rows),
+                      n_params=n_params, info=info, log_marginal_likelihood=score, g2=g2, pearson=pearson, df=df)
 
 
 def _family_plan(model: BayesianNetwork):
@@ -86,29 +86,11 @@ def _family_plan(model: BayesianNetwork):
                       {v: model.parents(v) for v in model.variables})
 
 
-def _prior_counts(model: BayesianNetwork, prior, equivalent_sample_size: float, pseudo_counts_by_variable):
-    """The Dirichlet pseudo-counts of every family as one vector in the layout of the parameters."""
-    from dpgm.algorithms.bayesian import pseudo_counts
-
-    if prior is None:
-        return None
-    return np.concatenate([
-        pseudo_counts(f, model.cpds[f[0]].shape, prior, equivalent_sample_size,
-                      (pseudo_counts_by_variable or {}).get(f[0])).ravel()
-        for f in model.families])
-
-
 def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state) -> list[np.ndarray]:
-    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``, drawn on arrays (same draws)."""
+    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``: the same draw, flattened."""
     rng = np.random.default_rng(random_state)
-    starts = []
-    for _ in range(n_init):
-        tables = {}
-        for v, table in model.cpds.items():  # the order BayesianNetwork.randomized draws in
-            columns = rng.dirichlet(np.ones(table.shape[0]), int(np.prod(table.shape[1:])))
-            tables[v] = columns.T.reshape(table.shape)
-        starts.append(plan.flatten(tables))
-    return starts
+    shapes = {v: table.shape for v, table in model.cpds.items()}
+    return [plan.flatten(random_tables(rng, shapes)) for _ in range(n_init)]
 
 
 class BayesianNetworkEM:
@@ -190,7 +172,7 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     check_variables(observed, model.states, states)
     plan = _family_plan(model)
-    pseudo = _prior_counts(model, prior, equivalent_sample_size, pseudo_counts)
+    pseudo = plan.pseudo_counts(prior, equivalent_sample_size, pseudo_counts)
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
     family = BayesianNetworkEM(model, plan, data, observed, pseudo, client, progress)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import xarray as xr
 
 from dpgm.algorithms.goodness import MAX_SATURATED_CELLS
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
+from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
 from dpgm.stats.counts import Counts, counts
 
 
@@ -177,6 +179,8 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
         ("GaussianGraphicalModel", "glasso"): stop | missing | {"alpha": Interval(float, 0.0)},
         ("LinearGaussianNetwork", "mle"): missing,
         ("GLMConditional", "irls"): stop | missing,
+        ("HybridNetwork", "mle"): stop | missing,
+        ("HybridNetwork", "em"): {k: v for k, v in em.items() if k != "init"},
         ("GaussianMixture", "em"): em | {"init": _Anything("None, 'k-means++', 'random', 'model' or a dict of "
                                                             "weights, means and covariances or precisions"),
                                          "reg_covar": Interval(float, 0.0)},
@@ -200,7 +204,8 @@ class _Anything(_Constraint):
 
 DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearModel": "lbfgs",
                    "HiddenMarkovModel": "em", "GaussianGraphicalModel": "ipf",
-                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em", "GLMConditional": "irls"}
+                   "LinearGaussianNetwork": "mle", "GaussianMixture": "em", "GLMConditional": "irls",
+                   "HybridNetwork": "mle"}
 
 # options that do not change what a fit converges to: a checkpoint may be resumed with other values
 RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist", "accelerate", "incremental",
@@ -324,6 +329,8 @@ def model_fingerprint(model, method: str, options: dict) -> dict:
         structure = {"hidden": model.hidden, "variable": model.variable, "n_states": model.n_states}
     elif kind == "GaussianMixture":
         structure = {"n_components": model.n_components, "covariance_type": model.covariance_type}
+    elif kind == "HybridNetwork":
+        structure = {"edges": [list(e) for e in model.edges], "families": model.families, "l2": model.l2}
     else:
         structure = [list(s) for s in model.scopes]
     states = getattr(model, "states", {}) or {}
@@ -381,3 +388,33 @@ def check_checkpoint(model, data, method: str, options: dict, extra: dict | None
                       "check it was written for this data and model", DpgmWarning, stacklevel=3)
     if checkpoint is not None:
         set_fingerprint(checkpoint, fingerprint)
+
+
+def structural_zeros_for(model, structural_zeros: xr.DataArray | None, states: dict) -> xr.DataArray | None:
+    """The model's own structural zeros joined with those given to ``fit`` (checked against the data's states)."""
+    given = check_structural_zeros(structural_zeros, model.variables, states)
+    return merge_structural_zeros(model.structural_zeros, given, model.variables)
+
+
+def check_zero_cells_empty(zeros: xr.DataArray | None, tables) -> None:
+    """Refuse data with rows in cells the model fixes at zero: such a model cannot have produced them."""
+    if zeros is None:
+        return
+    scope = tuple(map(str, zeros.dims))
+    observed = np.asarray(tables[scope].values, dtype=float)
+    inside = observed[zeros.values]
+    if inside.sum() > 0:
+        cell = np.argwhere(zeros.values & (observed > 0))[0]
+        labels = {v: str(zeros.coords[v].values[i]) for v, i in zip(scope, cell, strict=True)}
+        raise DataError(
+            f"{inside.sum():g} rows fall in cells that structural_zeros fixes at zero (first: {labels}); "
+            "a structural zero must have no observations"
+        )
+
+
+def counts_with_zeros(data, scopes: list, zeros: xr.DataArray | None, client, progress):
+    """Complete-data counts of ``scopes`` and, in the same pass, of the zeros' scope (checked empty)."""
+    extra = [tuple(map(str, zeros.dims))] if zeros is not None else []
+    tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress)
+    check_zero_cells_empty(zeros, tables)
+    return tables

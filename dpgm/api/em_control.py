@@ -68,20 +68,14 @@ def run_em(family, starts, *, tol, max_iter, callback, client, checkpoint=None, 
 
 
 def em_result(state, method: str, n_params: int, n_rows: float) -> FitResult:
-    import warnings
-
-    from dpgm.errors import ConvergenceWarning
+    from dpgm.api.results import fit_result
 
     best = state.best
     history = state.histories[best]
     passes = int(state.passes) if float(state.passes).is_integer() else float(state.passes)
-    result = FitResult(
-        model=state.models[best], method=method, loglik=state.logliks[best], converged=state.converged[best],
+    return fit_result(
+        state.models[best], method, loglik=state.logliks[best], converged=state.converged[best],
         n_iter=len(history), n_rows=n_rows, n_params=n_params, history=history, passes=passes,
         info={"restart": best, "restart_logliks": list(state.logliks), "restart_histories": state.histories,
               "pruned_restarts": list(state.pruned)},
     )
-    if not result.converged:
-        warnings.warn(f"EM stopped after {result.n_iter} iterations without meeting tol", ConvergenceWarning,
-                      stacklevel=3)
-    return result

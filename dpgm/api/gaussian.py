@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import xarray as xr
 
 from dpgm.algorithms.gaussian import decomposable_precision, gaussian_loglik, graphical_lasso, ips
 from dpgm.algorithms.result import FitResult
-from dpgm.errors import ConvergenceWarning, DataError
+from dpgm.api.results import fit_result
+from dpgm.errors import DataError
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 
@@ -64,17 +64,10 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
                                         fitted.covariance)
     loglik = gaussian_loglik(covariance, sample, n)
     saturated = -0.5 * n * (p * math.log(2 * math.pi) + np.linalg.slogdet(sample)[1] + p)
-    result = FitResult(model=fitted, method=method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
-                       n_params=fitted.n_free_parameters(), history=history)
-    result.g2 = 2.0 * (saturated - loglik)
-    result.df = p * (p - 1) // 2 - fitted.n_edges
-    result.info["n_missing"] = stats.n_missing
-    if alpha is not None:
-        result.info["alpha"] = float(alpha)
-    if not converged:
-        warnings.warn(f"{method} stopped after {n_iter} iterations without meeting tol", ConvergenceWarning,
-                      stacklevel=3)
-    return result
+    info = {"n_missing": stats.n_missing} | ({} if alpha is None else {"alpha": float(alpha)})
+    return fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
+                      n_params=fitted.n_free_parameters(), history=history, g2=2.0 * (saturated - loglik),
+                      df=p * (p - 1) // 2 - fitted.n_edges, info=info)
 
 
 def fit_linear_gaussian(model: LinearGaussianNetwork, data, method: str | None, *, tol, max_iter, client, progress,
@@ -116,7 +109,5 @@ def fit_linear_gaussian(model: LinearGaussianNetwork, data, method: str | None, 
                          "coefficients": xr.DataArray(beta, dims="parent", coords={"parent": parents}),
                          "variance": variance}
     fitted = model.with_parameters(parameters)
-    result = FitResult(model=fitted, method="mle", loglik=fitted.log_likelihood(float(stats.n)), converged=True,
-                       n_iter=0, n_rows=float(stats.n), n_params=fitted.n_free_parameters())
-    result.info["n_missing"] = stats.n_missing
-    return result
+    return fit_result(fitted, "mle", loglik=fitted.log_likelihood(float(stats.n)), n_rows=float(stats.n),
+                      n_params=fitted.n_free_parameters(), info={"n_missing": stats.n_missing})

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
 
-from dpgm.algorithms.irls import irls
+from dpgm.algorithms.irls import IRLSNode, IRLSResult, irls
 from dpgm.algorithms.result import FitResult
+from dpgm.api.results import fit_result, warn_convergence
 from dpgm.data.schema import Schema
-from dpgm.errors import ConvergenceWarning, DataError
+from dpgm.errors import DataError
 from dpgm.models.glm import GLMConditional
 from dpgm.stats.irls import Design
 
@@ -65,9 +66,50 @@ def glm_design(model: GLMConditional, schema: Schema) -> Design:
     return Design(model.child, model.family, tuple(parents), tuple(terms), values, n_classes)
 
 
+@dataclass
+class GLMPlan:
+    """What the driver knows of one GLM node before any pass: its design, labels and penalty."""
+
+    model: GLMConditional
+    design: Design
+    labels: list[str]
+    states: list[str]
+    penalty: np.ndarray
+    child_states: tuple[str, ...] | None = None
+
+
+def plan_glm(model: GLMConditional, schema: Schema) -> GLMPlan:
+    """The design of ``model`` on the data's schema, the coefficients' labels and the ridge penalty."""
+    design = glm_design(model, schema)
+    labels = list(design.terms)
+    states: list[str] = []
+    if design.family == "categorical":
+        states = list(schema[model.child].states or ())[1:]
+        labels = [f"{model.child}={s}: {t}" for s in states for t in design.terms]
+    penalty = np.tile(np.r_[0.0, np.full(design.n_terms - 1, model.l2)], max(design.n_classes - 1, 1))
+    child = schema[model.child]
+    return GLMPlan(model, design, labels, states, penalty, tuple(child.states or ()) if child.categorical else None)
+
+
+def check_first_pass(plan: GLMPlan, statistics: dict, missing: str) -> None:
+    """Refuse rows with missing values (unless listwise) and a node without complete rows."""
+    variables = list(plan.model.variables)
+    if statistics["missing"] and missing == "refuse":
+        raise DataError(f"{statistics['missing']:,.0f} rows have a missing value in {variables}; "
+                        "missing='listwise' fits the complete rows (counted in result.info)")
+    if statistics["n"] <= 0:
+        raise DataError(f"no complete rows in {variables}")
+
+
+def node(plan: GLMPlan, *, tol: float, max_iter: int, callback=None) -> IRLSNode:
+    """The driver's IRLS state for one planned GLM node."""
+    return IRLSNode(labels=plan.labels, penalty=plan.penalty, tol=tol, max_iter=max_iter,
+                    closed_form=plan.design.family == "gaussian", callback=callback)
+
+
 def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, client, progress, callback,
             missing: str = "refuse") -> FitResult:
-    """Fit a GLM conditional by IRLS (gaussian: least squares in one pass): see :func:`dpgm.fit`."""
+    """Fit a GLM conditional by IRLS (gaussian: least squares in two passes): see :func:`dpgm.fit`."""
     from dpgm.stats.irls import irls_pass
 
     if method not in (None, "irls"):
@@ -76,37 +118,32 @@ def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, c
         raise ValueError(f"missing={missing!r}: expected 'refuse' or 'listwise'")
     if not isinstance(data, xr.Dataset):
         raise TypeError(f"a GLMConditional is fitted to a dataset of rows, got a {type(data).__name__}")
-    design = glm_design(model, Schema.from_dataset(data))
-    labels = list(design.terms)
-    states: list[str] = []
-    if design.family == "categorical":
-        states = list(Schema.from_dataset(data)[model.child].states or ())[1:]
-        labels = [f"{model.child}={s}: {t}" for s in states for t in design.terms]
-    penalty = np.tile(np.r_[0.0, np.full(design.n_terms - 1, model.l2)], max(design.n_classes - 1, 1))
+    plan = plan_glm(model, Schema.from_dataset(data))
 
     def step(beta):
-        statistics = irls_pass(data, design, beta, client=client, progress=progress)
+        statistics = irls_pass(data, plan.design, beta, client=client, progress=progress)
         if beta is None:
-            if statistics["missing"] and missing == "refuse":
-                raise DataError(f"{statistics['missing']:,.0f} rows have a missing value in "
-                                f"{list(model.variables)}; missing='listwise' fits the complete rows "
-                                "(counted in result.info)")
-            if statistics["n"] <= 0:
-                raise DataError(f"no complete rows in {list(model.variables)}")
+            check_first_pass(plan, statistics, missing)
         return statistics
 
-    run = irls(step, labels=labels, penalty=penalty, tol=tol, max_iter=max_iter,
-               closed_form=design.family == "gaussian", callback=callback)
+    run = irls(step, labels=plan.labels, penalty=plan.penalty, tol=tol, max_iter=max_iter,
+               closed_form=plan.design.family == "gaussian", callback=callback)
+    return glm_result(plan, run, tol=tol)
+
+
+def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float) -> FitResult:
+    """The fitted conditional and its FitResult from an IRLS run; warns on separation or non-convergence."""
+    model, design, labels, states = plan.model, plan.design, plan.labels, plan.states
     statistics, beta = run.statistics, run.coefficients
     n, p = float(statistics["n"]), len(beta)
     scale = 1.0
     covariance = run.covariance
     if design.family == "gaussian":
-        rss = float(statistics["yy"] - beta @ statistics["xtwz"] + beta @ (penalty * beta))
-        rss = max(rss, 0.0)
+        rss = float(statistics["deviance"])  # at beta, from the residuals (see IRLSNode)
         deviance, scale = rss, rss / n
         if n <= p:
-            raise DataError(f"{n:,.0f} complete rows for {p} coefficients: the residual variance is undefined")
+            raise DataError(f"{n:,.0f} complete rows for {p} coefficients: the residual variance is undefined",
+                            variable=model.child)
         covariance = covariance * (rss / (n - p))  # statsmodels' scale: Pearson X^2 / residual df
         loglik = -0.5 * n * (math.log(2 * math.pi * scale) + 1.0) if scale > 0 else math.inf
     else:
@@ -121,25 +158,22 @@ def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, c
         coords = {"term": list(design.terms)}
         coefficients = xr.DataArray(beta, dims="term", coords=coords)
         standard_errors = xr.DataArray(errors, dims="term", coords=coords)
-    fitted = model.with_parameters(coefficients, standard_errors, scale=scale, deviance=deviance)
-    result = FitResult(model=fitted, method="irls", loglik=loglik, converged=run.converged, n_iter=run.n_iter,
-                       n_rows=n, n_params=fitted.n_free_parameters(), history=run.history, passes=run.passes)
-    result.g2 = deviance
-    result.df = int(round(n)) - p
-    result.info["n_missing"] = float(statistics["missing"])
-    result.info["scale"] = scale
-    result.info["covariance"] = covariance
+    fitted = model.with_parameters(coefficients, standard_errors, scale=scale, deviance=deviance,
+                                   child_states=plan.child_states)
+    result = fit_result(fitted, "irls", loglik=loglik, converged=run.converged, n_iter=run.n_iter, n_rows=n,
+                        n_params=fitted.n_free_parameters(), history=run.history, passes=run.passes, g2=deviance,
+                        df=int(round(n)) - p, info={"n_missing": float(statistics["missing"]), "scale": scale,
+                                                    "covariance": covariance}, warn=False)
     separated = float(statistics.get("separated", 0.0))
     if design.family in ("bernoulli", "categorical") and separated > 0:
         # perfect or quasi-complete separation: rows fitted with probability ~0 or 1, coefficients run off
         slopes = np.abs(beta) * (np.arange(p) % design.n_terms != 0)
         worst = labels[int(np.argmax(slopes))]
         result.info["separated_rows"] = separated
-        warnings.warn(f"GLM node {model.child!r}: {separated:,.0f} rows are fitted with probability 0 or 1 "
-                      f"(perfect or quasi-complete separation; largest coefficient at the parent term {worst!r}): "
-                      "the coefficients are not identified; add an l2 penalty or drop that parent",
-                      ConvergenceWarning, stacklevel=3)
+        warn_convergence(f"GLM node {model.child!r}: {separated:,.0f} rows are fitted with probability 0 or 1 "
+                         f"(perfect or quasi-complete separation; largest coefficient at the parent term {worst!r}): "
+                         "the coefficients are not identified; add an l2 penalty or drop that parent")
     elif not run.converged:
-        warnings.warn(f"IRLS for GLM node {model.child!r} stopped after {run.n_iter} iterations without meeting "
-                      f"tol={tol:g}", ConvergenceWarning, stacklevel=3)
+        warn_convergence(f"IRLS for GLM node {model.child!r} stopped after {run.n_iter} iterations without meeting "
+                         f"tol={tol:g}")
     return result

@@ -27,11 +27,13 @@ class HiddenMarkovEM:
 
     def estep(self, models, iteration, rows=None):
         from dpgm.cluster import iteration_span
+        from dpgm.inference.chain import forward_backward_counts
         from dpgm.stats.expected import sequence_expected_counts
 
         with iteration_span("dpgm-em", iteration):
             return sequence_expected_counts(self.data, [m.arrays() for m in models], self.model.variable,
-                                            client=self.client, progress=self.progress, rows=rows)
+                                            forward_backward_counts, client=self.client, progress=self.progress,
+                                            rows=rows)
 
     def mstep(self, current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
         return current.with_arrays(_normalize(counts["start"], current.start.values),

@@ -5,21 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 from dpgm.algorithms.features import FeatureSet
+from dpgm.algorithms.goodness import saturated_goodness_of_fit
 from dpgm.algorithms.result import FitResult
-from dpgm.algorithms.tables import JointEngine, loglik_from_potentials
-from dpgm.api.checks import check_variables, data_states, saturated_scope
-from dpgm.api.log_linear import (
-    add_goodness_of_fit,
+from dpgm.algorithms.tables import JointEngine, engine_for, loglik_from_potentials, zero_offsets
+from dpgm.api.checks import (
+    check_variables,
     counts_with_zeros,
-    engine_for,
-    fit_log_linear,
+    data_states,
+    saturated_scope,
     structural_zeros_for,
-    warn_not_converged,
-    zero_offsets,
 )
+from dpgm.api.log_linear import fit_log_linear
+from dpgm.api.results import fit_result
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
+from dpgm.potentials import reduce_to
 
 _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
 
@@ -75,20 +76,19 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     fitted = model.with_structural_zeros(zeros).with_log_potentials(log_potentials)
     engine = engine_for(model.variables, states, offsets)
     _, log_z = engine({s: log_potentials[s] for s in scopes}, [])
-    result = FitResult(model=fitted, method=method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
-                       converged=converged, n_iter=n_iter, n_rows=n,
-                       n_params=hierarchical_free_parameters(scopes, model.states), history=history)
+    n_params = hierarchical_free_parameters(scopes, model.states)
+    goodness = None
     if saturated and isinstance(engine, JointEngine):
         # one indicator per margin cell, as LogLinearModel.from_margins (only the design's rank is used)
         features = FeatureSet.indicators({s: counts[s].shape for s in scopes})
-        add_goodness_of_fit(result, features, engine, {s: log_potentials[s] for s in scopes}, tables[saturated],
-                            saturated)
-    if not converged:
-        warn_not_converged(method, n_iter)
-    return result
+        goodness = saturated_goodness_of_fit(features, engine, {s: log_potentials[s] for s in scopes},
+                                             tables[saturated].values, saturated, n_params)
+    return fit_result(fitted, method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
+                      converged=converged, n_iter=n_iter, n_rows=n, n_params=n_params, history=history,
+                      goodness=goodness)
 
 
 def _align(log_potentials: dict, scope: tuple[str, ...]) -> np.ndarray:
     """The log table of ``scope`` from tables keyed by the same variables in canonical order."""
     key = next(k for k in log_potentials if set(k) == set(scope))
-    return np.transpose(log_potentials[key], [key.index(v) for v in scope])
+    return reduce_to(log_potentials[key], key, scope)

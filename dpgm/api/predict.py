@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING
 
 import xarray as xr
 
-from dpgm.api.bayesian import bn_factors
 from dpgm.api.checks import check_variables, data_states
 from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.models.glm import GLMConditional
+from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.mixture import GaussianMixture
@@ -32,7 +33,10 @@ def predict_proba(
     ----------
     model
         A fitted Bayesian network (e.g. a latent class model after EM), Markov
-        network or log-linear model (its structural zeros applied), or a fitted
+        network or log-linear model (its structural zeros applied), a fitted
+        bernoulli or categorical :class:`~dpgm.GLMConditional` (or such a GLM node of
+        a fitted :class:`~dpgm.HybridNetwork`: the child's state probabilities
+        given each row's parents; NaN where a parent is missing), or a fitted
         :class:`~dpgm.GaussianMixture` (``variable="component"``: each row's component
         posteriors given its observed coordinates; NaN coordinates are marginalised).
     data
@@ -60,44 +64,49 @@ def predict_proba(
     >>> dpgm.predict_proba(truth, rows, "tub").shape
     (5, 2)
     """
-    from dpgm.data.io import add_variables
-
     if isinstance(model, GaussianMixture):
         from dpgm.api.mixture import component_posteriors
 
         values, labels = component_posteriors(model, data, variable)
+    elif isinstance(model, GLMConditional | HybridNetwork):
+        from dpgm.api.glm_predict import glm_probabilities
+
+        values, labels = glm_probabilities(model, data, variable)
     else:
         values, labels = _discrete_posteriors(model, data, variable)
     result = xr.DataArray(values, dims=("row", variable), coords={variable: labels},
                           name=name or f"{variable}_proba")
     if write:
-        store = data.encoding.get("dpgm_store")
-        if store is None:
-            raise ValueError("write=True needs a dataset opened with dpgm.open_dataset (it writes into that store)")
         new = xr.Dataset({result.name: result.drop_vars(variable).rename({variable: f"{variable}_state"})})
         new[result.name].attrs.update({"posterior_of": variable, "labels": labels})
-        from dpgm.cluster import compute
-
-        compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options,
-                              compute=False), client=client)
+        write_back(new, data, client)
     return result
+
+
+def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None) -> None:
+    """Write lazily computed per-row variables into the store ``data`` was opened from, in one pass."""
+    from dpgm.cluster import compute
+    from dpgm.data.io import add_variables
+
+    store = data.encoding.get("dpgm_store")
+    if store is None:
+        raise ValueError("write=True needs a dataset opened with dpgm.open_dataset (it writes into that store)")
+    compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options, compute=False),
+            client=client)
 
 
 def _discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
     """Lazy posteriors of one variable of a discrete model, and its state labels."""
     from dpgm.inference.batched import BatchedTree
-    from dpgm.inference.junction_tree import model_factors
+    from dpgm.inference.junction_tree import FactorModel
     from dpgm.stats.posterior import posterior_map
 
-    if isinstance(model, BayesianNetwork):
-        if not model.is_parameterized:
-            raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
-        factors = bn_factors(model)
-    elif isinstance(model, MarkovNetwork | LogLinearModel):
-        factors = model_factors(model)
-    else:
+    if not isinstance(model, FactorModel):
         raise TypeError(f"predict_proba needs a BayesianNetwork, MarkovNetwork, LogLinearModel or GaussianMixture, "
                         f"got {type(model).__name__}")
+    if isinstance(model, BayesianNetwork) and not model.is_parameterized:
+        raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
+    factors = model.factors()
     if variable not in model.variables:
         raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
     states = data_states(data)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.result import FitResult
+from dpgm.algorithms.tables import engine_for, zero_offsets
 from dpgm.api.checks import check_variables, data_states
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
-from dpgm.api.log_linear import engine_for, zero_offsets
 from dpgm.errors import DataError
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -34,7 +35,7 @@ class UndirectedEM:
         self.scopes = list(model.scopes) if self.markov else list(features.scopes)
         self.fixed_factors = [(s, np.exp(t)) for s, t in fixed.items()]
         if not self.markov:
-            self.order = model.feature_set()[1]
+            self.order = feature_set(model)[1]
 
     def log_tables(self, parameters) -> dict:
         return parameters if self.markov else self.features.log_potentials(parameters)
@@ -155,7 +156,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         engine = features = None
         scopes = list(model.scopes)
     else:
-        features, _ = model.feature_set()
+        features, _ = feature_set(model)
         scopes = list(features.scopes)
         engine = engine_for(model.variables, {v: model.states[v] for v in model.variables}, fixed)
     structure = build_tree(model.variables, cards, [*scopes, *fixed])
@@ -179,5 +180,5 @@ def _perturbed(model, rng: np.random.Generator):
         return model.with_log_potentials(
             {s: np.log(model.potentials[s].values) + rng.normal(0, 1, model.potentials[s].shape)
              for s in model.scopes})
-    features, order = model.feature_set()
+    features, order = feature_set(model)
     return model.with_weights(order, model.theta(order) + rng.normal(0, 1, len(order)))

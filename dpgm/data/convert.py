@@ -1,7 +1,8 @@
 """Conversion of CSV and Parquet files (one, a directory, or a glob) to Zarr datasets, on the cluster.
 
 The input is cut into *blocks*: a Parquet row group, a byte range of an
-uncompressed CSV (``blocksize`` bytes, cut at line ends), or a whole compressed
+uncompressed CSV (``blocksize`` bytes at most, a sixteenth of the input down to
+4 MiB, cut at line ends), or a whole compressed
 CSV. Two passes, one task per block each:
 
 1. **discover**: each block reports, per column, its distinct values in order of
@@ -12,6 +13,12 @@ CSV. Two passes, one task per block each:
    (int8 codes up to 127 states, else int16) and writes the Zarr chunks that
    lie wholly inside it; a chunk shared by neighbouring blocks is written by one
    small task from their pieces (no rechunking graph, one write per chunk).
+
+Text columns are read dictionary-encoded (pyarrow's CSV reader builds the
+dictionaries while parsing; Parquet's own dictionary pages are kept), other
+columns get one ``pyarrow.compute.dictionary_encode``; only the dictionary is
+then looked at value by value (labels, number parsing), and the codes are one
+``take`` of a small lookup table, written straight to the Zarr chunks.
 
 So conversion scales with workers, and nothing holds more than a block. Column
 kinds: a column whose first ``chunk_rows`` values (10,000 by default) all parse
@@ -29,7 +36,6 @@ split (as in ``dask.dataframe.read_csv``); give such files whole
 
 from __future__ import annotations
 
-import io
 import math
 import operator
 import os
@@ -106,10 +112,21 @@ def _files(source: str, storage_options: dict | None) -> list[str]:
     return files
 
 
+BLOCKS = 16
+"""Byte ranges an uncompressed CSV input is cut into at least (as chunks: several per worker) ..."""
+SMALLEST_BLOCK = 4 * 2**20
+"""... unless they would be smaller than this (4 MiB): a small file is a few tasks."""
+
+
 def _blocks(files: list[str], blocksize: int | None, storage_options: dict | None) -> list[_Block]:
     import fsspec
     import pyarrow.parquet as pq
 
+    sizes = {path: fsspec.filesystem(fsspec.utils.get_protocol(path), **(storage_options or {})).size(path)
+             for path in files if not path.endswith(_PARQUET)}
+    if blocksize is not None and sizes:
+        uncompressed = sum(size for path, size in sizes.items() if not path.endswith(_COMPRESSED))
+        blocksize = max(min(blocksize, max(uncompressed // BLOCKS, SMALLEST_BLOCK)), 1)
     blocks = []
     for path in files:
         if path.endswith(_PARQUET):
@@ -117,7 +134,7 @@ def _blocks(files: list[str], blocksize: int | None, storage_options: dict | Non
                 groups = pq.ParquetFile(handle).num_row_groups
             blocks += [_Block(path, "parquet", row_group=g) for g in range(max(groups, 1))]
             continue
-        size = fsspec.filesystem(fsspec.utils.get_protocol(path), **(storage_options or {})).size(path)
+        size = sizes[path]
         if blocksize is None or path.endswith(_COMPRESSED) or size <= blocksize:
             blocks.append(_Block(path, "csv"))
         else:
@@ -125,8 +142,37 @@ def _blocks(files: list[str], blocksize: int | None, storage_options: dict | Non
     return blocks
 
 
-def _read_block(block: _Block, storage_options: dict | None) -> pd.DataFrame:
-    """The block's rows, every column as strings (None = missing), floats kept for Parquet."""
+# what pandas' readers take for missing (``keep_default_na``): the same input gives the same store
+_NULL_STRINGS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+                 "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
+
+
+def _csv_names(handle, delimiter: str, path: str) -> tuple[bytes, list[str]]:
+    """The header line of a CSV file and its column names."""
+    import csv
+
+    header = handle.readline()
+    if not header.strip():
+        raise DataError(f"{path!r} is empty: no header line with the column names")
+    return header, next(csv.reader([header.decode("utf-8-sig").rstrip("\r\n")], delimiter=delimiter))
+
+
+def _read_csv(source, names: list[str], delimiter: str):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    # text read straight into dictionaries: each distinct value is hashed once, no string per row
+    text = pa.dictionary(pa.int32(), pa.string())
+    return pcsv.read_csv(
+        source, parse_options=pcsv.ParseOptions(delimiter=delimiter),
+        convert_options=pcsv.ConvertOptions(column_types={n: text for n in names},
+                                            null_values=_NULL_STRINGS, strings_can_be_null=True,
+                                            quoted_strings_can_be_null=True))
+
+
+def _read_block(block: _Block, storage_options: dict | None):
+    """The block's rows as a ``pyarrow.Table``: every CSV column as dictionary-encoded text
+    (null = missing), Parquet columns in their stored types (text columns dictionary-encoded)."""
     import fsspec
 
     if block.kind == "parquet":
@@ -134,18 +180,21 @@ def _read_block(block: _Block, storage_options: dict | None) -> pd.DataFrame:
 
         with fsspec.open(block.path, "rb", **(storage_options or {})) as handle:
             parquet = pq.ParquetFile(handle)
-            frame = parquet.read_row_group(block.row_group).to_pandas() if parquet.num_row_groups else \
-                parquet.schema_arrow.empty_table().to_pandas()
-        for column in frame.columns:
-            if frame[column].dtype.kind != "f":
-                frame[column] = frame[column].astype("string").astype(object).where(frame[column].notna(), None)
-        return frame
-    sep = "\t" if block.path.endswith((".tsv", ".tsv.gz")) else ","
+            if not parquet.num_row_groups:
+                return parquet.schema_arrow.empty_table()
+            text = [f.name for f in parquet.schema_arrow if _is_text(f.type)]
+            if text:  # as the file's own dictionary pages hold them: no string per row
+                parquet = pq.ParquetFile(handle, read_dictionary=text)
+            return parquet.read_row_group(block.row_group)
+    import pyarrow as pa
+
+    delimiter = "\t" if block.path.endswith((".tsv", ".tsv.gz")) else ","
     if block.end < 0:
-        return pd.read_csv(block.path, sep=sep, dtype=str, keep_default_na=True, storage_options=storage_options,
-                           engine="pyarrow")
+        with fsspec.open(block.path, "rb", compression="infer", **(storage_options or {})) as handle:
+            header, names = _csv_names(handle, delimiter, block.path)
+            return _read_csv(pa.BufferReader(header + handle.read()), names, delimiter)
     with fsspec.open(block.path, "rb", **(storage_options or {})) as handle:
-        header = handle.readline()
+        header, names = _csv_names(handle, delimiter, block.path)
         start = max(block.start, len(header))
         handle.seek(start - 1)
         if handle.read(1) != b"\n":  # a line that began before this block belongs to the previous one
@@ -155,69 +204,136 @@ def _read_block(block: _Block, storage_options: dict | None) -> pd.DataFrame:
             body = handle.read(block.end - handle.tell())
             if not body.endswith(b"\n"):
                 body += handle.readline()
-    return pd.read_csv(io.BytesIO(header + body), sep=sep, dtype=str, keep_default_na=True, engine="pyarrow")
+    return _read_csv(pa.BufferReader(header + body), names, delimiter)
 
 
-def _parse(labels: np.ndarray) -> np.ndarray:
-    return pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+@dataclass
+class _Column:
+    """One column of a block, encoded once: its distinct values in order of first appearance
+    (``labels``, as text) and each row's index into them (-1 = missing), or floats."""
+
+    indices: np.ndarray | None  # int64 index into labels, -1 for missing (None: a float column with many values)
+    labels: list[str] | None
+    numbers: np.ndarray  # every row as float64 (NaN: missing or not a number)
+    first_non_number: int  # row of the first value that is not a number, -1 if none
+    is_float: bool  # stored as floating point (Parquet): its labels are the numbers' text, e.g. "1.0"
 
 
-def _numbers(values: pd.Series) -> tuple[np.ndarray, int]:
-    """The values as float64 and the position of the first non-number (-1 if none)."""
-    if values.dtype.kind == "f":
-        return values.to_numpy(dtype=np.float64), -1
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
-    if len(uniques) <= len(values) // 4:  # few distinct values: parse each once
-        parsed = _parse(np.asarray(uniques, dtype=object))
-        bad_unique = np.append(np.isnan(parsed), False)  # index -1 (missing) is not bad
-        numbers = np.append(parsed, np.nan)[codes]
-        bad = bad_unique[codes]
+def _text_of(array):
+    """Values of another type as the text pandas would print (bool: "True"), for labels."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(array.type):
+        return _text_of(array.dictionary_decode())
+    if pa.types.is_boolean(array.type):
+        return pc.if_else(array, pa.scalar("True", pa.large_string()), pa.scalar("False", pa.large_string()))
+    if pa.types.is_integer(array.type) or pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        return array
+    text = array.to_pandas().astype("string")  # dates and other types: as pandas prints them
+    return pa.array(text, type=pa.large_string(), from_pandas=True)
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _in_order_of_appearance(chunked) -> tuple[np.ndarray, list[str]]:
+    """A dictionary-encoded text column as (index of each row's label or -1, labels in order of first appearance)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    unified = chunked.unify_dictionaries()  # one dictionary for all chunks
+    if unified.num_chunks == 0:
+        return np.empty(0, dtype=np.int64), []
+    dictionary = unified.chunk(0).dictionary
+    indices = pa.chunked_array([c.indices for c in unified.chunks]).combine_chunks()
+    order = pc.unique(pc.drop_null(indices)).to_numpy(zero_copy_only=False).astype(np.int64)
+    relabel = np.full(len(dictionary) + 1, -1, dtype=np.int64)  # the last entry: missing
+    relabel[order] = np.arange(len(order))
+    positions = pc.fill_null(indices, len(dictionary)).to_numpy(zero_copy_only=False)
+    return relabel[positions], dictionary.take(pa.array(order, type=pa.int64())).to_pylist()
+
+
+def _column(chunked, *, with_labels: bool = True) -> _Column:
+    """Encode one column with pyarrow's kernels: text columns arrive dictionary-encoded (CSV reader,
+    Parquet dictionary pages); other columns get one ``dictionary_encode``; then only the dictionary
+    is looked at value by value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not isinstance(chunked, pa.ChunkedArray):
+        chunked = pa.chunked_array([chunked])
+    if pa.types.is_dictionary(chunked.type) and _is_text(chunked.type.value_type):
+        indices, labels = _in_order_of_appearance(chunked)
+        return _text_column(indices, labels)
+    array = chunked.combine_chunks()
+    if pa.types.is_floating(array.type):
+        numbers = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False)
+        finite = numbers[np.isfinite(numbers)]
+        if not with_labels or (len(finite) and (finite != np.round(finite)).any()):
+            return _Column(None, None, numbers, -1, True)
     else:
-        numbers = _parse(values.to_numpy(dtype=object))
-        bad = np.isnan(numbers) & values.notna().to_numpy()
-    return numbers, int(np.argmax(bad)) if bad.any() else -1
+        array = _text_of(array)
+    encoded = pc.dictionary_encode(array)
+    dictionary = encoded.dictionary
+    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if pa.types.is_floating(array.type):
+        values = dictionary.to_numpy(zero_copy_only=False)
+        labels = [str(float(v)) for v in values]
+        return _Column(indices, labels, np.append(values, np.nan)[indices], -1, True)
+    if pa.types.is_integer(array.type):
+        values = dictionary.to_numpy(zero_copy_only=False).astype(np.float64)
+        labels = [str(v) for v in dictionary.to_pylist()]
+        return _Column(indices, labels, np.append(values, np.nan)[indices], -1, False)
+    return _text_column(indices, dictionary.to_pylist())
+
+
+def _text_column(indices: np.ndarray, labels: list[str]) -> _Column:
+    """Numbers of a text column: each distinct label parsed once."""
+    parsed = pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.append(np.isnan(parsed), False)[indices]  # index -1 (missing) is not bad
+    numbers = np.append(parsed, np.nan)[indices]
+    return _Column(indices, labels, numbers, int(np.argmax(bad)) if bad.any() else -1, False)
 
 
 def _discover(block: _Block, storage_options: dict | None, prefix: int) -> dict:
     """Pass 1 on one block: rows, columns, and per column its labels and number checks
     (also on its first ``prefix`` rows, which decide the column's kind)."""
-    frame = _read_block(block, storage_options)
+    table = _read_block(block, storage_options)
     columns = {}
-    for name in map(str, frame.columns):
-        values = frame[name]
-        numbers, first_bad = _numbers(values)
+    for name in table.column_names:
+        column = _column(table.column(name))
+        numbers, first_bad = column.numbers, column.first_non_number
         finite = numbers[np.isfinite(numbers)]
         non_integer = bool(len(finite) and (finite != np.round(finite)).any())
-        # labels of candidate categoricals (floats only while integer-valued, as in Parquet int columns with nulls)
-        uniques = None
-        if values.dtype.kind != "f" or not non_integer:
-            strings = values.astype(str).where(values.notna(), None) if values.dtype.kind == "f" else values
-            uniques = pd.unique(strings.dropna())
         head = numbers[:prefix][np.isfinite(numbers[:prefix])]
-        columns[name] = {
+        labels = column.labels
+        columns[str(name)] = {
             "head_continuous": bool((first_bad < 0 or first_bad >= prefix) and len(head)
                                     and (head != np.round(head)).any()),
-            "labels": None if uniques is None or len(uniques) > _MAX_STATES else [str(u) for u in uniques],
+            "labels": None if labels is None or len(labels) > _MAX_STATES else labels,
             "first_non_number": first_bad,
             "non_integer": non_integer,
-            "empty": bool(values.notna().sum() == 0),
+            "empty": bool(table.column(name).null_count == table.num_rows),
         }
-    return {"rows": len(frame), "names": list(map(str, frame.columns)), "columns": columns}
+    return {"rows": table.num_rows, "names": list(map(str, table.column_names)), "columns": columns}
 
 
 def _encode(block: _Block, storage_options: dict | None, plan: dict) -> dict[str, np.ndarray]:
     """Pass 2 on one block: every column's codes (or floats) with the final labels."""
-    frame = _read_block(block, storage_options)
+    table = _read_block(block, storage_options)
     out = {}
     for name, (target, labels, dtype) in plan.items():
-        values = frame[name]
+        column = _column(table.column(name), with_labels=labels is not None)
         if labels is None:
-            out[target] = _numbers(values)[0]
+            out[target] = column.numbers
             continue
-        strings = values.astype(str).where(values.notna(), None) if values.dtype.kind == "f" else values
-        codes, uniques = pd.factorize(strings, use_na_sentinel=True)
-        lookup = np.append(pd.Index(labels).get_indexer(uniques), -1).astype(dtype)  # missing -> -1
-        out[target] = lookup[codes]
+        # the block's labels -> the final ones (a short lookup), then one take over the rows
+        lookup = np.append(pd.Index(labels).get_indexer(column.labels), -1).astype(dtype)  # missing -> -1
+        out[target] = lookup[column.indices]
     return out
 
 
@@ -309,7 +425,9 @@ def convert(
     storage_options
         Passed to fsspec, for the input and the store.
     blocksize
-        Bytes of uncompressed CSV one task reads (None: whole files).
+        Bytes of uncompressed CSV one task reads at most (None: whole files); smaller
+        where that gives the input fewer than 16 blocks, down to 4 MiB, so every
+        worker gets several.
     client
         Dask client whose workers read and write the blocks (default: the active
         client, else Dask's threads).

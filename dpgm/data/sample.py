@@ -16,10 +16,11 @@ from dpgm.cluster import compute
 from dpgm.data.integrity import mark_complete
 from dpgm.data.io import _quiet_zarr, open_dataset, write_dataset
 from dpgm.data.schema import ROW, SCHEMA_VERSION, smallest_code_dtype, state_attrs
-from dpgm.models.bayesian_network import BayesianNetwork
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the sampler reads a network's variables, parents and tables; models sit above data
     from distributed import Client
+
+    from dpgm.models.bayesian_network import BayesianNetwork
 
 __all__ = ["sample_bayesian_network"]
 

@@ -56,9 +56,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import opt_einsum
 
-from dpgm.inference import propagation
+from dpgm.inference import propagation, pruning
 from dpgm.inference.propagation import SoftEvidence, TreeLayout, compile_layout, distinct_rows
 from dpgm.inference.triangulation import TreeStructure, build_tree
+from dpgm.potentials import reduce_to
 
 __all__ = ["BatchedTree", "ImpossibleEvidenceError"]
 
@@ -177,6 +178,7 @@ class BatchedTree:
         self.layout = layout if layout is not None else compile_layout(self.structure, self.variables,
                                                                        self.cardinalities)
         self._tables = tables
+        self._grids: pruning.EvidenceGrids | None = None
         self._base, self._base_log = _clique_tables(self.structure, self.variables, self.cardinalities,
                                                     self.scopes, tables)
 
@@ -192,7 +194,16 @@ class BatchedTree:
         if scopes != self.scopes:
             raise ValueError(f"with_factors needs the same scopes in the same order: expected {self.scopes!r}, "
                              f"got {scopes!r}")
-        return BatchedTree(self.variables, self.cardinalities, factors, self.structure, layout=self.layout)
+        new = BatchedTree(self.variables, self.cardinalities, factors, self.structure, layout=self.layout)
+        new._grids = self._grids
+        return new
+
+    @property
+    def grids(self) -> pruning.EvidenceGrids:
+        """Each clique's and separator's variables and strides (what the evidence-pruned kernels read), built once."""
+        if self._grids is None:
+            self._grids = pruning.compile_grids(self.structure, self.variables, self.cardinalities)
+        return self._grids
 
     @property
     def width(self) -> int:
@@ -300,8 +311,9 @@ class BatchedTree:
         else:
             patterns, pattern_weights, inverse = distinct_rows(
                 codes, weights, [self.cardinalities[self.variables[i]] for i in observed])
-        log_evidence, totals = propagation.expected_counts(self.layout, self._base, self._base_log, patterns,
-                                                           observed, pattern_weights, self._soft(soft, len(patterns)))
+        log_evidence, totals = pruning.routed_expected_counts(self.layout, self.grids, self._base, self._base_log,
+                                                              patterns, observed, pattern_weights,
+                                                              self._soft(soft, len(patterns)))
         impossible = (pattern_weights > 0) & ~np.isfinite(log_evidence)
         if impossible.any() and errors == "raise":
             row = int(np.argmax(impossible[inverse]))
@@ -340,8 +352,8 @@ class BatchedTree:
             evidence = self._soft(None, len(patterns))
         target_index = np.array([self._index[v] for v in targets], dtype=np.int64)
         target_offset = np.concatenate([[0], np.cumsum([self.cardinalities[v] for v in targets])]).astype(np.int64)
-        out_log, out = propagation.posteriors(self.layout, self._base, self._base_log, patterns, observed, evidence,
-                                              target_index, target_offset)
+        out_log, out = pruning.routed_posteriors(self.layout, self.grids, self._base, self._base_log, patterns,
+                                                 observed, evidence, target_index, target_offset)
         if inverse is not None:
             out, out_log = out[inverse], out_log[inverse]
         return out_log, {v: out[:, target_offset[t]:target_offset[t + 1]] for t, v in enumerate(targets)}
@@ -381,10 +393,6 @@ class BatchedTree:
             if not holders:
                 raise ValueError(f"no clique contains the scope {scope!r}; cliques: {list(self.structure.cliques)}")
             clique = min(holders, key=self.structure.table_size)
-            table = clique_counts[clique]
-            axes = tuple(i for i, v in enumerate(clique) if v not in scope)
-            reduced = table.sum(axis=axes) if axes else table
-            kept = [v for v in clique if v in scope]
-            out[scope] = np.transpose(reduced, [kept.index(v) for v in scope])
+            out[scope] = reduce_to(clique_counts[clique], clique, scope)
         return out
 

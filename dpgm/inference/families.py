@@ -38,12 +38,14 @@ array([0.1017, 1.8983])
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dpgm.cpt import CPTLayout
 from dpgm.inference import propagation
 from dpgm.inference._kernels import _clique_base, _enumerate_kernel
 from dpgm.inference.propagation import compile_layout, distinct_rows
@@ -52,8 +54,11 @@ from dpgm.inference.triangulation import TreeStructure, build_tree
 __all__ = ["FamilyPlan", "FamilyParameters"]
 
 
-class FamilyPlan:
+class FamilyPlan(CPTLayout):
     """Index maps of one Bayesian network structure for expected family counts (built once per fit).
+
+    The parameters and the counts share the flat layout of :class:`~dpgm.cpt.CPTLayout`
+    (``flatten``, ``tables``, ``normalize`` for the M step).
 
     Parameters
     ----------
@@ -80,13 +85,9 @@ class FamilyPlan:
         structure: TreeStructure | None = None,
         enumeration_limit: int | None = None,
     ):
-        self.variables = tuple(map(str, variables))
-        self.cardinalities = {v: int(cardinalities[v]) for v in self.variables}
+        super().__init__(variables, cardinalities, parents)  # the parameters' layout: flatten, tables, normalize
         self.index = {v: i for i, v in enumerate(self.variables)}
-        self.families = [(v, *map(str, parents.get(v, ()))) for v in self.variables]
         card = np.array([self.cardinalities[v] for v in self.variables], dtype=np.int64)
-        sizes = [math.prod(self.cardinalities[u] for u in f) for f in self.families]
-        self.family_offset = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.family_var_ptr = np.concatenate([[0], np.cumsum([len(f) for f in self.families])]).astype(np.int64)
         self.family_var = np.array([self.index[u] for f in self.families for u in f], dtype=np.int64)
         strides = []
@@ -100,15 +101,6 @@ class FamilyPlan:
                 has_child[self.index[u]] = True
         self.is_leaf = ~has_child
         self.card = card
-        self.n_cells = int(self.family_offset[-1])
-        # each cell's column (parent configuration) and that column's number of states
-        column_sizes = [sizes[i] // int(card[i]) for i in range(len(sizes))]
-        column_offset = np.concatenate([[0], np.cumsum(column_sizes)]).astype(np.int64)
-        self.column = np.concatenate(
-            [column_offset[i] + np.tile(np.arange(column_sizes[i]), int(card[i])) for i in range(len(sizes))]
-        ).astype(np.int64) if sizes else np.zeros(0, dtype=np.int64)
-        self.n_columns = int(column_offset[-1])
-        self.column_states = np.repeat(card, column_sizes).astype(float)
         self._structure = structure
         # a row's enumeration costs ~ sum over groups of |states| x families evaluated; a propagation
         # ~ the tree's cells (at least the families' cells) plus a fixed cost per clique (at most one
@@ -185,29 +177,6 @@ class FamilyPlan:
         """Cells of the fallback junction tree's clique tables."""
         self.build_tree()
         return self.layout.n_cells
-
-    # -- parameters as one flat vector -------------------------------------------------------
-
-    def flatten(self, tables: Mapping[str, np.ndarray]) -> np.ndarray:
-        """One vector from each variable's table shaped ``(v, *parents)``."""
-        return np.concatenate([np.asarray(tables[v], dtype=float).ravel() for v in self.variables])
-
-    def tables(self, theta: np.ndarray) -> dict[str, np.ndarray]:
-        """Each variable's table shaped ``(v, *parents)`` (views into ``theta``)."""
-        return {v: theta[self.family_offset[i]:self.family_offset[i + 1]].reshape(
-            [self.cardinalities[u] for u in self.families[i]]) for i, v in enumerate(self.variables)}
-
-    def normalize(self, counts: np.ndarray) -> tuple[np.ndarray, int]:
-        """Tables from (pseudo-)counts: each column divided by its sum; empty columns uniform.
-
-        Returns the new ``θ`` and the number of empty parent configurations.
-        """
-        totals = np.bincount(self.column, weights=counts, minlength=self.n_columns)
-        empty = totals == 0
-        theta = counts / np.where(empty, 1.0, totals)[self.column]
-        if empty.any():
-            theta = np.where(empty[self.column], 1.0 / self.column_states[self.column], theta)
-        return theta, int(empty.sum())
 
     # -- the E step --------------------------------------------------------------------------
 
@@ -294,6 +263,6 @@ class FamilyParameters:
         return loglik, {"counts": counts, "tree_rows": tree_rows}
 
     def __dask_tokenize__(self):
-        from dask.base import tokenize
-
-        return ("dpgm-family-parameters", self.plan.token, tokenize(self.theta))
+        theta = np.ascontiguousarray(self.theta)
+        digest = hashlib.sha256(theta.view(np.uint8).reshape(-1)).hexdigest()
+        return ("dpgm-family-parameters", self.plan.token, theta.dtype.str, theta.shape, digest)

@@ -21,48 +21,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import state_index
 from dpgm.inference.batched import BatchedTree, ImpossibleEvidenceError
 from dpgm.inference.triangulation import MAX_TABLE_SIZE, build_tree
+from dpgm.potentials import labelled_table, marginal
 
-__all__ = ["JunctionTree", "model_factors"]
+__all__ = ["FactorModel", "JunctionTree"]
 
 
-def model_factors(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    """``(scope, table)`` of every factor of a model, in the model's order.
+Factor = tuple[tuple[str, ...], np.ndarray]
 
-    A BayesianNetwork's CPDs (scope ``(variable, *parents)``), a MarkovNetwork's
-    potentials, or a LogLinearModel's exponentiated log potentials; an undirected
-    model's structural zeros come last, as an indicator of the allowed cells.
+
+@runtime_checkable
+class FactorModel(Protocol):
+    """What the junction tree needs of a discrete model: its variables, their states, its factors.
+
+    ``factors()`` returns ``(scope, table)`` pairs over the model's variables, a table's axes in
+    scope order and sized by the variables' states; the model is their normalized product
+    (a model with structural zeros includes the indicator of its allowed cells as a factor).
+    :class:`~dpgm.BayesianNetwork`, :class:`~dpgm.MarkovNetwork` and
+    :class:`~dpgm.LogLinearModel` (and the latent class model, a BayesianNetwork) implement it.
     """
-    from dpgm.models.bayesian_network import BayesianNetwork
-    from dpgm.models.log_linear import LogLinearModel
-    from dpgm.models.markov import MarkovNetwork
 
-    if isinstance(model, BayesianNetwork):
-        if not model.is_parameterized:
-            raise ValueError("the network has no tables (a structure without states); give it states first")
-        return [(tuple(map(str, model.cpds[v].dims)), np.asarray(model.cpds[v].values, dtype=float))
-                for v in model.variables]
-    if isinstance(model, MarkovNetwork):
-        return [(s, np.asarray(model.potentials[s].values, dtype=float)) for s in model.scopes] + _zeros(model)
-    if isinstance(model, LogLinearModel):
-        return [(s, np.exp(t.values)) for s, t in model.log_potentials().items()] + _zeros(model)
-    raise TypeError(
-        f"expected a BayesianNetwork, MarkovNetwork or LogLinearModel, got {type(model).__name__}"
-    )
+    @property
+    def variables(self) -> Sequence[str]: ...
+
+    @property
+    def states(self) -> Mapping[str, Sequence[str]]: ...
+
+    def factors(self) -> list[Factor]: ...
 
 
-def _zeros(model: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    mask = model.structural_zeros
-    if mask is None:
-        return []
-    return [(tuple(map(str, mask.dims)), (~np.asarray(mask.values, dtype=bool)).astype(float))]
+def _factors_of(model: Any) -> list[Factor]:
+    if not isinstance(model, FactorModel):
+        raise TypeError(f"expected a BayesianNetwork, MarkovNetwork or LogLinearModel, got {type(model).__name__}: "
+                        "a model must offer variables, states and factors()")
+    return model.factors()
 
 
 class JunctionTree:
@@ -71,7 +69,7 @@ class JunctionTree:
     Parameters
     ----------
     model
-        A :class:`~dpgm.BayesianNetwork`, :class:`~dpgm.MarkovNetwork` or
+        A :class:`FactorModel`: a :class:`~dpgm.BayesianNetwork`, :class:`~dpgm.MarkovNetwork` or
         :class:`~dpgm.LogLinearModel`.
     extra_scopes
         Additional scopes the tree must hold in one clique (e.g. a query scope
@@ -113,7 +111,7 @@ class JunctionTree:
     """
 
     def __init__(self, model: Any, extra_scopes: Sequence[Sequence[str]] = (), *, max_table_size: int = MAX_TABLE_SIZE):
-        factors = model_factors(model)
+        factors = _factors_of(model)
         self.model = model
         self.variables: tuple[str, ...] = tuple(model.variables)
         self.states: dict[str, tuple[str, ...]] = {v: tuple(model.states[v]) for v in self.variables}
@@ -150,7 +148,7 @@ class JunctionTree:
         >>> new.cliques == tree.cliques
         True
         """
-        factors = model_factors(model)
+        factors = _factors_of(model)
         if tuple(model.variables) != self.variables or any(
                 tuple(model.states[v]) != self.states[v] for v in self.variables):
             raise ValueError("with_model needs a model with the same variables and states; "
@@ -339,7 +337,7 @@ class JunctionTree:
     ) -> dict[tuple[tuple[str, ...], tuple[str, ...]], xr.DataArray]:
         """Every separator's posterior marginal, keyed like :attr:`separators`."""
         cliques = self.clique_marginals(evidence)
-        return {edge: cliques[edge[0]].sum([v for v in edge[0] if v not in scope]).transpose(*scope)
+        return {edge: marginal(cliques[edge[0]], scope)
                 for edge, scope in self.separators.items()}
 
     def marginals(self, evidence: Mapping[str, Any] | None = None) -> dict[str, xr.DataArray]:
@@ -378,8 +376,7 @@ class JunctionTree:
         return {v: self.states[v][int(best[j])] for j, v in enumerate(self.variables)}
 
     def _label(self, table: np.ndarray, scope: Sequence[str]) -> xr.DataArray:
-        return xr.DataArray(table, dims=tuple(scope),
-                            coords={v: state_index(v, self.states[v]) for v in scope})
+        return labelled_table(table, scope, self.states)
 
 
 def _check_errors(errors: str) -> None:

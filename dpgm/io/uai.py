@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import state_index
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.markov import MarkovNetwork
+from dpgm.potentials import state_index
 
 __all__ = ["read_uai", "write_uai"]
 

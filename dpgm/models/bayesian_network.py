@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -96,17 +97,36 @@ class BayesianNetwork:
 
     def randomized(self, rng: np.random.Generator, concentration: float = 1.0) -> BayesianNetwork:
         """Tables drawn from Dirichlet(``concentration``) column by column (a random EM start)."""
-        cpds = {}
-        for v, table in self.cpds.items():
-            columns = rng.dirichlet(np.full(table.shape[0], concentration), int(np.prod(table.shape[1:])))
-            cpds[v] = table.copy(data=columns.T.reshape(table.shape))
-        return BayesianNetwork(cpds)
+        from dpgm.cpt import random_tables
+
+        tables = random_tables(rng, {v: table.shape for v, table in self.cpds.items()}, concentration)
+        return BayesianNetwork({v: table.copy(data=tables[v]) for v, table in self.cpds.items()})
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        return dict(self.cpds)
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> BayesianNetwork:
+        return cls(tables)
+
+    def factors(self) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """``(scope, table)`` of every CPD, scope ``(variable, *parents)``, in variable order.
+
+        Raises
+        ------
+        ValueError
+            For a structure without tables (:attr:`is_parameterized` is false).
+        """
+        if not self.is_parameterized:
+            raise ValueError("the network has no tables (a structure without states); give it states first")
+        return [(tuple(map(str, self.cpds[v].dims)), np.asarray(self.cpds[v].values, dtype=float))
+                for v in self.variables]
 
     @property
     def is_parameterized(self) -> bool:

@@ -158,7 +158,7 @@ class GaussianGraphicalModel:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the model to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
 

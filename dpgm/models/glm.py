@@ -61,6 +61,12 @@ class GLMConditional:
         (the child's non-reference states) for the categorical family.
     scale
         The gaussian residual variance (maximum likelihood, divisor n); 1 otherwise.
+    child_states
+        After a fit, the state labels of a categorical child (the labels of
+        :func:`dpgm.predict_proba`'s columns).
+    scale_by_state
+        In a :class:`~dpgm.HybridNetwork` fitted by EM, a gaussian child of a latent
+        variable has one variance per latent state (a ``DataArray`` over it).
     deviance
         The fitted model's deviance.
 
@@ -73,7 +79,8 @@ class GLMConditional:
 
     def __init__(self, child: str, parents: Sequence[str] = (), family: str = "gaussian", l2: float = 0.0,
                  *, coefficients: xr.DataArray | None = None, standard_errors: xr.DataArray | None = None,
-                 scale: float = 1.0, deviance: float | None = None):
+                 scale: float = 1.0, deviance: float | None = None, scale_by_state: xr.DataArray | None = None,
+                 child_states: Sequence[str] | None = None):
         if not isinstance(child, str):
             raise TypeError(f"child must be a variable name (str), got {child!r}")
         if isinstance(parents, str):
@@ -96,6 +103,8 @@ class GLMConditional:
         self.standard_errors = standard_errors
         self.scale = float(scale)
         self.deviance = deviance
+        self.scale_by_state = scale_by_state
+        self.child_states = None if child_states is None else tuple(map(str, child_states))
 
     @property
     def link(self) -> str:
@@ -126,10 +135,13 @@ class GLMConditional:
         return int(self.coefficients.size) + (self.family == "gaussian")
 
     def with_parameters(self, coefficients: xr.DataArray, standard_errors: xr.DataArray, *, scale: float = 1.0,
-                        deviance: float | None = None) -> GLMConditional:
+                        deviance: float | None = None,
+                        scale_by_state: xr.DataArray | None = None,
+                        child_states: Sequence[str] | None = None) -> GLMConditional:
         """A copy with the given coefficients (a model is a value: fitting returns a new one)."""
         return GLMConditional(self.child, self.parents, self.family, self.l2, coefficients=coefficients,
-                              standard_errors=standard_errors, scale=scale, deviance=deviance)
+                              standard_errors=standard_errors, scale=scale, deviance=deviance,
+                              scale_by_state=scale_by_state, child_states=child_states or self.child_states)
 
     def summary(self) -> str:
         """A coefficient table like statsmodels': term, coef, std err, z, P>|z|."""
@@ -162,7 +174,7 @@ class GLMConditional:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the conditional to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
 
@@ -171,7 +183,8 @@ class GLMConditional:
         if self.coefficients is not None and self.standard_errors is not None:
             tables = {"coefficients": self.coefficients, "standard_errors": self.standard_errors}
         return tables | {"__attrs__": {"child": self.child, "parents": list(self.parents), "family": self.family,
-                                       "l2": self.l2, "scale": self.scale, "deviance": self.deviance}}
+                                       "l2": self.l2, "scale": self.scale, "deviance": self.deviance,
+                                       "child_states": None if self.child_states is None else list(self.child_states)}}
 
     @classmethod
     def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> GLMConditional:
@@ -181,7 +194,7 @@ class GLMConditional:
         order = [d for d in ("term", "state") if d in tables["coefficients"].dims]
         return model.with_parameters(tables["coefficients"].transpose(*order),
                                      tables["standard_errors"].transpose(*order), scale=attrs["scale"],
-                                     deviance=attrs["deviance"])
+                                     deviance=attrs["deviance"], child_states=attrs.get("child_states"))
 
     def __repr__(self) -> str:
         state = "fitted" if self.is_fitted else "structure"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -78,9 +79,16 @@ class HiddenMarkovModel:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the model to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        return {"start": self.start, "transition": self.transition, "emission": self.emission}
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> HiddenMarkovModel:
+        return cls(tables["start"], tables["transition"], tables["emission"])
 
     def __repr__(self) -> str:
         return f"HiddenMarkovModel({self.n_states} hidden states, {self.emission.shape[1]} symbols of {self.variable!r})"

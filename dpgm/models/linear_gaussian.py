@@ -89,7 +89,7 @@ class LinearGaussianNetwork:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
 

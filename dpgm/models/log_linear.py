@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from dpgm.algorithms.features import FeatureSet
 from dpgm.data.schema import labelled_table
-from dpgm.models.zeros import check_structural_zeros
+from dpgm.models.saving import pop_zeros, zeros_table
+from dpgm.models.zeros import check_structural_zeros, zeros_factors
 
 __all__ = ["LogLinearModel", "hierarchical_free_parameters"]
 
@@ -110,8 +111,9 @@ class LogLinearModel:
     def _canonical(self, table: xr.DataArray) -> tuple[str, ...]:
         return tuple(sorted(map(str, table.dims), key=self.variables.index))
 
-    def feature_set(self) -> tuple[FeatureSet, list[str]]:
-        """Features stacked per scope, and the feature names in that order."""
+    def stacked_features(self) -> tuple[dict[tuple[str, ...], np.ndarray], list[str]]:
+        """Features stacked per scope, ``scope -> (k_S, *shape_S)``, and the feature names in that order
+        (what :func:`dpgm.algorithms.features.feature_set` fits with)."""
         grouped: dict[tuple[str, ...], list[str]] = {}
         for name, table in self.features.items():
             grouped.setdefault(self._canonical(table), []).append(name)
@@ -119,7 +121,7 @@ class LogLinearModel:
         for scope, names in grouped.items():
             tables[scope] = np.stack([self.features[n].transpose(*scope).values for n in names])
             order += names
-        return FeatureSet(tables), order
+        return tables, order
 
     def theta(self, order: Sequence[str]) -> np.ndarray:
         """Weights as a vector in ``order``."""
@@ -140,9 +142,21 @@ class LogLinearModel:
 
     def log_potentials(self) -> dict[tuple[str, ...], xr.DataArray]:
         """``sum_i theta_i f_i`` per scope, labelled."""
-        features, order = self.feature_set()
-        tables = features.log_potentials(self.theta(order))
-        return {s: xr.DataArray(t, dims=s, coords={v: list(self.states[v]) for v in s}) for s, t in tables.items()}
+        stacked, order = self.stacked_features()
+        theta, out, start = self.theta(order), {}, 0
+        for scope, features in stacked.items():
+            weights = theta[start:start + len(features)].reshape((-1,) + (1,) * (features.ndim - 1))
+            start += len(features)
+            with np.errstate(invalid="ignore"):  # a -inf weight acts only where its feature is positive
+                table = np.where(features > 0, weights * features, 0.0).sum(axis=0)
+            out[scope] = xr.DataArray(table, dims=scope, coords={v: list(self.states[v]) for v in scope})
+        return out
+
+    def factors(self) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """``(scope, exp(log potential))`` per scope, then the structural zeros as an indicator of the
+        allowed cells."""
+        return ([(s, np.exp(t.values)) for s, t in self.log_potentials().items()]
+                + zeros_factors(self.structural_zeros))
 
     def n_free_parameters(self) -> int:
         """Free parameters of a hierarchical model (its margins' closure under subsets), else the feature count."""
@@ -152,9 +166,22 @@ class LogLinearModel:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the model (features, weights, margins, structural zeros) to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        weights = {name: (None if not np.isfinite(w) else w) for name, w in self.weights.items()}
+        return dict(self.features) | zeros_table(self.structural_zeros) | {
+            "__attrs__": {"weights": weights, "margins": self.margins}}
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> LogLinearModel:
+        weights = {n: (-np.inf if w is None else w) for n, w in attrs["weights"].items()}
+        zeros = pop_zeros(tables)
+        model = cls(tables, weights, zeros)
+        model.margins = [tuple(m) for m in attrs["margins"]] if attrs.get("margins") else None
+        return model
 
     def __repr__(self) -> str:
         return f"LogLinearModel({len(self.features)} features on {len(self.scopes)} scopes)"

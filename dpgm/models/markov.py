@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from dpgm.data.schema import state_index
-from dpgm.models.zeros import check_structural_zeros
+from dpgm.models.saving import pop_zeros, zeros_table
+from dpgm.models.zeros import check_structural_zeros, zeros_factors
 
 __all__ = ["MarkovNetwork"]
 
@@ -78,6 +80,12 @@ class MarkovNetwork:
         """The potentials' scopes."""
         return list(self.potentials)
 
+    def factors(self) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        """``(scope, table)`` of every potential in :attr:`scopes` order, then the structural zeros as
+        an indicator of the allowed cells."""
+        return ([(s, np.asarray(self.potentials[s].values, dtype=float)) for s in self.scopes]
+                + zeros_factors(self.structural_zeros))
+
     def cardinality(self, variable: str) -> int:
         """Number of states of ``variable``."""
         return len(self.states[variable])
@@ -93,9 +101,17 @@ class MarkovNetwork:
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group."""
-        from dpgm.models.store import save
+        from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        return {",".join(s): t for s, t in self.potentials.items()} | zeros_table(self.structural_zeros)
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> MarkovNetwork:
+        zeros = pop_zeros(tables)
+        return cls({tuple(k.split(",")): t for k, t in tables.items()}, zeros)
 
     def __repr__(self) -> str:
         zeros = "" if self.structural_zeros is None else f", {int(self.structural_zeros.sum())} structural zeros"

@@ -18,7 +18,7 @@ import xarray as xr
 
 from dpgm.data.schema import labelled_table
 
-__all__ = ["check_structural_zeros", "merge_structural_zeros", "zeros_log_factor"]
+__all__ = ["check_structural_zeros", "merge_structural_zeros", "zeros_factors", "zeros_log_factor"]
 
 
 def check_structural_zeros(
@@ -76,3 +76,10 @@ def merge_structural_zeros(
 def zeros_log_factor(mask: xr.DataArray) -> tuple[tuple[str, ...], np.ndarray]:
     """``(scope, log table)``: 0 on allowed cells, ``-inf`` on structural zeros."""
     return tuple(map(str, mask.dims)), np.where(mask.values, -np.inf, 0.0)
+
+
+def zeros_factors(mask: xr.DataArray | None) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """The allowed cells' indicator as a factor (1 allowed, 0 structural zero): ``[]`` without a mask."""
+    if mask is None:
+        return []
+    return [(tuple(map(str, mask.dims)), (~np.asarray(mask.values, dtype=bool)).astype(float))]

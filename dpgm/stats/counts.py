@@ -14,8 +14,9 @@ import xarray as xr
 from dpgm.cluster import compute
 from dpgm.data.columns import zarr_columns
 from dpgm.data.io import _check_table, _check_weights
-from dpgm.data.schema import WEIGHT, Schema, labelled_table
+from dpgm.data.schema import WEIGHT, Schema
 from dpgm.errors import DataError
+from dpgm.potentials import labelled_table, reduce_to
 from dpgm.stats.engine import map_reduce
 from dpgm.stats.kernels import CountPlan, count_chunk
 
@@ -265,12 +266,8 @@ def _assemble(
     for scope in scopes:
         source = next(s for s in extended if set(scope) <= set(s))
         table = extended[source]
-        other = tuple(i for i, v in enumerate(source) if v not in scope)
-        table = table.sum(axis=other) if other else table
-        kept = [v for v in source if v in scope]
         # drop the 'missing' state of the scope's own variables
-        table = table[tuple(slice(0, len(states[v])) for v in kept)]
-        table = np.transpose(table, [kept.index(v) for v in scope])
+        table = reduce_to(table, source, scope)[tuple(slice(0, len(states[v])) for v in scope)]
         counted = table.sum()
         missing = (n_rows - counted).item()
         result[scope] = labelled_table(np.ascontiguousarray(table), scope, states,

@@ -18,7 +18,7 @@ junction trees travel once per pass, as one shared key of the graph.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -138,9 +138,7 @@ def expected_counts(
 
 
 def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
-    from dpgm.inference.chain import forward_backward_counts
-
-    parameters, variable, n_symbols = shared
+    parameters, variable, n_symbols, counts = shared
     codes = np.asarray(columns[variable])
     if codes.size and (codes.min() < -1 or codes.max() >= n_symbols):
         bad = np.argwhere((codes < -1) | (codes >= n_symbols))[0]
@@ -156,13 +154,14 @@ def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) 
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
         _check_weights(weights, index)
-    return [forward_backward_counts(codes, *p, weights=weights) for p in parameters]
+    return [counts(codes, *p, weights=weights) for p in parameters]
 
 
 def sequence_expected_counts(
     data: xr.Dataset,
     parameters: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     variable: str,
+    counts: Callable[..., tuple[float, dict]],
     *,
     client: Client | None = None,
     progress: bool = False,
@@ -170,7 +169,9 @@ def sequence_expected_counts(
 ) -> list[tuple[float, dict]]:
     """One pass of forward-backward over (``row``, ``time``) sequences, for several parameter sets.
 
-    Returns each parameter set's ``(loglik, {"start", "transition", "emission"})``.
+    ``counts(codes, *parameters, weights=) -> (loglik, {"start", "transition", "emission"})`` is the
+    chunk kernel (forward-backward, :func:`dpgm.inference.chain.forward_backward_counts`), passed in
+    by the caller: statistics sit below inference. Returns each parameter set's result, summed.
     """
     schema = Schema.from_dataset(data)
     from dpgm.errors import DataError
@@ -182,6 +183,6 @@ def sequence_expected_counts(
     needed = [variable, *([WEIGHT] if schema.weight else [])]
     arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
     arrays = select_rows(arrays, rows)
-    shared = (list(parameters), variable, schema[variable].cardinality)
+    shared = (list(parameters), variable, schema[variable].cardinality, counts)
     lazy = map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared)
     return compute(lazy, client=client, progress=progress)

@@ -138,16 +138,23 @@ def design_matrix(columns: dict[str, np.ndarray], design: Design, index: int
 def irls_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, design: Design) -> dict[str, Any]:
     """One chunk's share of an IRLS pass at the coefficients ``shared`` (``None``: the start)."""
     x, y, w, missing = design_matrix(columns, design, index)
-    n_total = float(w.sum()) + missing
     beta = None if shared is None else np.asarray(shared, dtype=np.float64)
+    return irls_statistics(x, y, w, beta, design) | {"rows": float(w.sum()) + missing, "missing": missing}
+
+
+def irls_statistics(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: np.ndarray | None,
+                    design: Design) -> dict[str, Any]:
+    """``X'WX``, ``X'Wz``, log-likelihood, deviance and ``n`` of complete rows at ``beta`` (``None``: the start)."""
     if design.family == "categorical":
-        return _multinomial_chunk(x, y, w, beta, design) | {"n": float(w.sum()), "rows": n_total, "missing": missing}
+        return _multinomial_chunk(x, y, w, beta, design) | {"n": float(w.sum())}
     loglik = deviance = separated = 0.0
+    gradient = None
     if design.family == "gaussian":
-        eta = x @ beta if beta is not None else None
         weight, wz = w, w * y
-        if eta is not None:
-            deviance = float(w @ (y - eta) ** 2)
+        if beta is not None:  # residuals at beta: the refinement step and the RSS keep their digits
+            residual = y - x @ beta
+            deviance = float(w @ residual**2)
+            gradient = x.T @ (w * residual)
     else:
         if beta is None:  # statsmodels' start: mu between y and its middle value
             mu = (y + 0.5) / 2 if design.family == "bernoulli" else y + 0.5
@@ -168,9 +175,9 @@ def irls_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, design: 
             deviance = 2.0 * (saturated - loglik)
     xtwx = (x * weight[:, None]).T @ x
     out = {"xtwx": xtwx, "xtwz": x.T @ wz, "loglik": loglik, "deviance": deviance, "separated": separated,
-           "n": float(w.sum()), "rows": n_total, "missing": missing}
-    if design.family == "gaussian":
-        out["yy"] = float(w @ (y * y))
+           "n": float(w.sum())}
+    if gradient is not None:
+        out["gradient"] = gradient
     return out
 
 
@@ -208,8 +215,9 @@ def irls_pass(data: xr.Dataset, design: Design, coefficients: np.ndarray | None,
     dict
         ``xtwx``, ``xtwz``, ``loglik``, ``deviance`` (at ``coefficients``; 0 for the
         start), ``separated`` (weight of rows fitted with probability within 1e-13 of
-        0 or 1), ``n`` (weight of complete rows), ``rows``, ``missing``; gaussian:
-        ``yy = sum w y^2``.
+        0 or 1), ``n`` (weight of complete rows), ``rows``, ``missing``; gaussian
+        at ``coefficients``: ``gradient = X'W(y - X beta)``, the deviance being the
+        residual sum of squares.
     """
     from dpgm.cluster import compute
     from dpgm.data.columns import zarr_columns

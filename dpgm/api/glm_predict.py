@@ -1,0 +1,157 @@
+"""Predictions of a GLM child from its parents, for every row, optionally written back into the store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xarray as xr
+
+from dpgm.data.schema import Schema, state_attrs
+from dpgm.errors import DataError
+from dpgm.models.glm import GLMConditional
+from dpgm.models.hybrid import HybridNetwork
+from dpgm.stats.irls import Design
+
+if TYPE_CHECKING:
+    import dask.array as da
+    from distributed import Client
+
+__all__ = ["glm_probabilities", "predict"]
+
+
+def fitted_conditional(model: GLMConditional | HybridNetwork, variable: str | None) -> GLMConditional:
+    """The fitted GLM that predicts ``variable`` (a conditional, or a GLM node of a hybrid network)."""
+    if isinstance(model, HybridNetwork):
+        if variable not in model.families:
+            raise ValueError(f"{variable!r} is not a GLM node of the network; GLM nodes: {list(model.glm_nodes)}")
+        if variable not in model.conditionals:
+            raise ValueError(f"the network is not fitted: fit it with dpgm.fit(network, data) before predicting "
+                             f"{variable!r}")
+        conditional = model.conditionals[variable]
+        extra = [d for d in conditional.coefficients.dims if d not in ("term", "state")]
+        if extra:
+            raise ValueError(f"{variable!r} has the latent parent(s) {extra}: its prediction from the observed "
+                             "parents alone is not implemented")
+        return conditional
+    if not isinstance(model, GLMConditional):
+        raise TypeError(f"expected a GLMConditional or HybridNetwork, got {type(model).__name__}")
+    if variable not in (None, model.child):
+        raise ValueError(f"the conditional predicts {model.child!r}, not {variable!r}")
+    if not model.is_fitted:
+        raise ValueError("the conditional has no coefficients yet: fit it with dpgm.fit(conditional, data)")
+    return model
+
+
+def prediction_design(conditional: GLMConditional, schema: Schema) -> Design:
+    """The design of the fitted conditional's parents on this data; the terms must be the fit's."""
+    absent = [p for p in conditional.parents if p not in schema]
+    if absent:
+        raise DataError(f"the parents {absent} of {conditional.child!r} are not in the data; "
+                        f"known: {sorted(schema)}")
+    parents, terms = [], ["Intercept"]
+    for p in conditional.parents:
+        if schema[p].categorical:
+            states = schema[p].states or ()
+            parents.append((p, len(states)))
+            terms += [f"{p}[{s}]" for s in states[1:]]
+        else:
+            parents.append((p, 0))
+            terms.append(p)
+    if tuple(terms) != conditional.terms:
+        raise DataError(f"the data's parent terms {terms} differ from the fitted ones {list(conditional.terms)} "
+                        "(other states?)", variable=conditional.child)
+    n_classes = conditional.coefficients.sizes.get("state", 0) + 1 if conditional.family == "categorical" else 0
+    return Design(conditional.child, conditional.family, tuple(parents), tuple(terms), None, n_classes)
+
+
+def _coefficients(conditional: GLMConditional) -> np.ndarray:
+    c = conditional.coefficients
+    return (c.transpose("state", "term") if "state" in c.dims else c).values.astype(np.float64).ravel()
+
+
+def glm_probabilities(model: GLMConditional | HybridNetwork, data: xr.Dataset, variable: str | None
+                      ) -> tuple[da.Array, list[str]]:
+    """Lazy ``(row, state)`` probabilities of a categorical or bernoulli GLM child, and its state labels."""
+    from dpgm.stats.glm_predict import glm_prediction_map
+
+    conditional = fitted_conditional(model, variable)
+    if conditional.family in ("gaussian", "poisson"):
+        raise TypeError(f"{conditional.child!r} is a {conditional.family} child: it has no state probabilities; "
+                        "dpgm.predict gives its mean")
+    design = prediction_design(conditional, Schema.from_dataset(data))
+    if conditional.family == "bernoulli":
+        labels = list(conditional.child_states or ("0", "1"))
+    else:
+        later = [str(s) for s in conditional.coefficients.coords["state"].values]
+        labels = list(conditional.child_states or ("reference", *later))
+    return glm_prediction_map(data, design, _coefficients(conditional), len(labels)), labels
+
+
+def _most_probable(block: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(block[:, 0]), -1, np.argmax(np.nan_to_num(block, nan=-1.0), axis=1)).astype(np.int8)
+
+
+def predict(
+    model: GLMConditional | HybridNetwork,
+    data: xr.Dataset,
+    variable: str | None = None,
+    *,
+    write: bool = False,
+    name: str | None = None,
+    client: Client | None = None,
+) -> xr.DataArray:
+    """A fitted GLM child's prediction for every row, given the row's parents.
+
+    Parameters
+    ----------
+    model
+        A fitted :class:`~dpgm.GLMConditional`, or a fitted :class:`~dpgm.HybridNetwork`
+        with ``variable`` one of its GLM nodes.
+    data
+        Rows holding the parents (the child itself is not read).
+    variable
+        The child (default: the conditional's).
+    write
+        Also write the prediction into the dataset's Zarr store as ``name``
+        (default ``"<variable>_predicted"``), by a distributed pass.
+    name
+        Name of the result and of the written variable.
+    client
+        Dask client for the write.
+
+    Returns
+    -------
+    xarray.DataArray
+        Lazy, over ``row``: the mean ``E[child | parents]`` of a gaussian or poisson
+        child (NaN where a parent is missing); the most probable state's code of a
+        bernoulli or categorical child (``-1`` where a parent is missing), labelled
+        with the child's states, so a written prediction is a categorical variable.
+        :func:`dpgm.predict_proba` gives the state probabilities.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, dpgm
+    >>> rows = pd.DataFrame({"x": np.arange(6.0), "y": 2.0 * np.arange(6.0) + 1})
+    >>> glm = dpgm.fit(dpgm.GLMConditional("y", ["x"]), dpgm.from_pandas(rows)).model
+    >>> np.round(dpgm.predict(glm, dpgm.from_pandas(rows.head(2))).values, 6)
+    array([1., 3.])
+    """
+    from dpgm.stats.glm_predict import glm_prediction_map
+
+    conditional = fitted_conditional(model, variable)
+    child = conditional.child
+    attrs: dict = {"predicted_from": list(conditional.parents)}
+    if conditional.family in ("gaussian", "poisson"):
+        design = prediction_design(conditional, Schema.from_dataset(data))
+        values = glm_prediction_map(data, design, _coefficients(conditional), 1)[:, 0]
+    else:
+        probabilities, labels = glm_probabilities(model, data, variable)
+        values = probabilities.map_blocks(_most_probable, drop_axis=1, dtype=np.int8)
+        attrs |= state_attrs(labels)
+    result = xr.DataArray(values, dims=("row",), name=name or f"{child}_predicted", attrs=attrs)
+    if write:
+        from dpgm.api.predict import write_back
+
+        write_back(xr.Dataset({result.name: result}), data, client)
+    return result

@@ -1,0 +1,5 @@
+"""``python -m dpgm.cli``: the ``dpgm`` command."""
+
+from dpgm.cli.entry import main
+
+main()

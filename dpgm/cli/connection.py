@@ -1,0 +1,123 @@
+"""How a ``dpgm`` command reaches its cluster and its storage: --scheduler, --scheduler-file,
+--workers, --connect-timeout, --cluster, --jobs, --storage-options."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+
+import click
+
+from dpgm.cli.outputs import is_remote
+
+_ADDRESS = re.compile(r"^(?:(?P<protocol>[a-z]+)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)"
+                      r"(?::(?P<port>[^/]*))?/?$")
+
+
+def _check_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--scheduler (or $DASK_SCHEDULER_ADDRESS): ``[protocol://]host[:port]``, port 0..65535 (exit 2 if not)."""
+    if value is None or value.startswith("inproc://"):
+        return value
+    match = _ADDRESS.match(value.strip())
+    where = "--scheduler" + (" ($DASK_SCHEDULER_ADDRESS)" if os.environ.get("DASK_SCHEDULER_ADDRESS") == value
+                              else "")
+    if not match or not match["host"]:
+        raise click.BadParameter(f"{value!r} is not a scheduler address ([tcp://]host:port)", ctx, param,
+                                 param_hint=where)
+    port = match["port"]
+    if port is not None and not (port.isdigit() and 0 <= int(port) <= 65535):
+        raise click.BadParameter(f"{value!r}: port {port!r} is not a number in 0..65535", ctx, param,
+                                 param_hint=where)
+    protocols = ("tcp", "tls", "ucx", "ws", "wss")
+    if match["protocol"] is not None and match["protocol"] not in protocols:
+        raise click.BadParameter(f"{value!r}: unknown protocol {match['protocol']!r}; known: {list(protocols)}",
+                                 ctx, param, param_hint=where)
+    return value.strip()
+
+
+
+scheduler_option = click.option(
+    "--scheduler",
+    envvar="DASK_SCHEDULER_ADDRESS",
+    default=None,
+    callback=_check_address,
+    help="Address of a running Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else an embedded local cluster).",
+)
+scheduler_file_option = click.option("--scheduler-file", default=None, help="Scheduler file of a running cluster (HPC).")
+workers_option = click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of the embedded cluster (default: one per core).")
+
+
+def _connection_option(*names: str, **attrs):
+    """An option read by ``cluster`` from the click context instead of the command's arguments."""
+    def remember(ctx: click.Context, param: click.Parameter, value):
+        ctx.meta[f"dpgm.{param.name}"] = value
+    return click.option(*names, expose_value=False, callback=remember, **attrs)
+
+
+def _remember_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        ctx.meta["dpgm.storage_options"] = None
+        return
+    try:
+        options = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"not JSON: {error}") from None
+    if not isinstance(options, dict):
+        raise click.BadParameter(f"must be a JSON object, got {value!r}")
+    ctx.meta["dpgm.storage_options"] = options
+
+
+def storage_options() -> dict | None:
+    return click.get_current_context().meta.get("dpgm.storage_options")
+
+
+def checkpoint_location(path: str) -> object:
+    """A checkpoint folder: the path itself, or an fsspec mapper carrying --storage-options for a URL."""
+    options = storage_options()
+    if options and is_remote(path):
+        import fsspec
+
+        return fsspec.get_mapper(path, **options)
+    return path
+
+
+def connection_options(command):
+    """--connect-timeout, --cluster, --jobs and --storage-options, on every command that connects."""
+    for option in reversed([
+        _connection_option("--connect-timeout", type=float, default=10.0, show_default=True,
+                           help="Seconds to wait for the scheduler (file) and a first worker; exits 69 after."),
+        _connection_option("--cluster", type=click.Choice(["local", "slurm", "pbs"]), default=None,
+                           help="Submit workers as batch jobs with dask-jobqueue (configured in Dask's "
+                                "jobqueue.<name> settings) instead of an embedded local cluster."),
+        _connection_option("--jobs", type=int, default=None, help="Batch jobs to submit with --cluster (default 1)."),
+        click.option("--storage-options", "storage_options", expose_value=False, callback=_remember_storage_options,
+                     default=None, metavar="JSON",
+                     help='fsspec options for URLs of data and checkpoints, e.g. \'{"anon": true}\'.'),
+    ]):
+        command = option(command)
+    return command
+
+
+def _quiet_client_logs(meta: dict) -> None:
+    """Without -v, the Dask client's own error logs (tracebacks while it tries to reconnect to a lost
+    scheduler) stay off stderr: the failure is reported once, as dpgm's one-line error (exit 69)."""
+    if not meta.get("dpgm.verbose"):
+        from dpgm.cluster import quiet_client_logs
+
+        quiet_client_logs()
+
+
+@contextlib.contextmanager
+def cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None, quiet: bool = False):
+    from dpgm.cluster import connect
+
+    meta = click.get_current_context().meta
+    _quiet_client_logs(meta)
+    with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers, timeout=meta["dpgm.connect_timeout"],
+                 cluster=meta["dpgm.cluster"], jobs=meta["dpgm.jobs"]) as client:
+        meta["dpgm.address"] = client.scheduler.address  # for "the scheduler at ... went away" (exit 69)
+        if not quiet and not meta.get("dpgm.quiet"):
+            click.echo(f"dashboard: {client.dashboard_link}", err=True)
+        yield client

@@ -1,0 +1,158 @@
+"""Commands on datasets: ``dpgm generate``, ``convert``, ``info`` and ``counts``."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from dpgm.cli.connection import (
+    cluster,
+    connection_options,
+    scheduler_file_option,
+    scheduler_option,
+    storage_options,
+    workers_option,
+)
+from dpgm.cli.entry import cli
+from dpgm.cli.failures import errors
+from dpgm.cli.options import Count, check_chunks, default_chunk_rows, progress
+from dpgm.cli.outputs import check_output, removed_on_failure, write_text_atomically
+
+
+@cli.command()
+@click.argument("network")
+@click.argument("out", type=click.Path())
+@click.option("--rows", type=Count(), required=True, help="Number of rows (1e6 accepted).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--missing", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Fraction of values missing completely at random.")
+@click.option("--chunk-rows", type=Count(), default=None,
+              help="Rows per chunk (default: a sixteenth of the rows, 10,000 to 1,000,000).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler, scheduler_file, workers) -> None:
+    """Sample ROWS rows of NETWORK (a shipped network's name or a BIF file) into the Zarr store OUT."""
+    from dpgm.data.sample import sample_bayesian_network
+    from dpgm.networks import load_network
+
+    check_output("OUT", out, overwrite=overwrite)
+    with errors():
+        model = load_network(network)
+        chunk_rows = chunk_rows or default_chunk_rows(rows)
+        check_chunks(rows, chunk_rows, len(model.variables))
+        with cluster(scheduler, scheduler_file, workers) as client, removed_on_failure(out):
+            start = time.perf_counter()
+            ds = sample_bayesian_network(
+                model, rows, out, seed=seed, missing=missing, chunk_rows=chunk_rows,
+                client=client, progress=progress(), mode="w" if overwrite else "w-",
+            )
+            seconds = time.perf_counter() - start
+    click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out} in {seconds:.1f} s")
+
+
+@cli.command()
+@click.argument("source", type=click.Path())
+@click.argument("out", type=click.Path())
+@click.option("--chunk-rows", type=Count(), default=None,
+              help="Rows per chunk (default: a sixteenth of the rows, 10,000 to 1,000,000).")
+@click.option("--categorical", multiple=True, help="Column to treat as categorical (repeatable).")
+@click.option("--continuous", multiple=True, help="Column to treat as continuous (repeatable).")
+@click.option("--weight", default=None, help="Column of frequency weights.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite, scheduler, scheduler_file,
+            workers) -> None:
+    """Convert CSV/TSV/Parquet SOURCE (a file, a directory of files or a glob) to the Zarr dataset OUT.
+
+    One task per Parquet row group or 64 MiB of CSV, in two passes (labels, then codes), on the cluster.
+    """
+    from dpgm.data.convert import convert as run
+
+    check_output("OUT", out, overwrite=overwrite, inputs=(source,))
+    click.get_current_context().meta["dpgm.inputs"] = [source]
+    with errors(), cluster(scheduler, scheduler_file, workers) as client, removed_on_failure(out):
+        ds = run(source, out, chunk_rows=chunk_rows, categorical=categorical, continuous=continuous,
+                 weight=weight, mode="w" if overwrite else "w-", storage_options=storage_options(),
+                 client=client, progress=progress())
+    click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out}")
+
+
+@cli.command()
+@click.argument("data", type=click.Path())
+def info(data) -> None:
+    """Schema, chunking and row count of the dataset DATA."""
+    from dpgm.data import Schema, open_dataset
+
+    click.get_current_context().meta["dpgm.inputs"] = [data]
+    with errors():
+        ds = open_dataset(data, storage_options=storage_options())
+        schema = Schema.from_dataset(ds)
+    chunks = ds[next(iter(ds.data_vars))].chunks[0] if ds.data_vars else ()
+    click.echo(f"{data}: {schema.n_rows:,} rows in {len(chunks)} chunks of up to {max(chunks, default=0):,} rows")
+    for name, variable in schema.items():
+        if variable.categorical:
+            click.echo(f"  {name:24s} {str(variable.dtype):8s} {variable.cardinality:3d} states: {', '.join(variable.states)}")
+        else:
+            click.echo(f"  {name:24s} {str(variable.dtype):8s} continuous")
+    if schema.weight:
+        click.echo(f"  {schema.weight:24s} frequency weights")
+    if "dpgm_complete" not in ds.attrs:
+        click.echo("note: no completion marker (written by an earlier dpgm or another tool): dpgm cannot tell "
+                   "whether every chunk was written; write it again with this dpgm to be sure")
+
+
+@cli.command()
+@click.argument("data", type=click.Path())
+@click.option("--scope", "scopes", multiple=True, required=True, help="Comma-separated variables, e.g. A,B (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
+@click.option("--out", type=click.Path(), default=None, help="Save the tables as JSON to this file instead.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, workers) -> None:
+    """Contingency tables of each --scope of DATA, in one pass."""
+    from dpgm.data import Schema, open_dataset
+    from dpgm.stats import counts as run
+    from dpgm.stats.counts import check_table_sizes
+
+    parsed = [tuple(s.strip() for s in scope.split(",") if s.strip()) for scope in scopes]
+    check_output("--out", out, overwrite=overwrite, inputs=(data,))
+    click.get_current_context().meta["dpgm.inputs"] = [data]
+    with errors():
+        ds = open_dataset(data, storage_options=storage_options())
+        schema = Schema.from_dataset(ds)
+        checked = schema.check_scopes(parsed)
+        check_table_sizes(checked, {v: schema[v].cardinality for s in checked for v in s})
+        with cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:
+            tables = run(ds, parsed, client=client, progress=False if as_json else progress())
+    payload = {
+        ",".join(scope): {
+            "dims": list(table.dims),
+            "states": {d: list(map(str, table.coords[d].values)) for d in table.dims},
+            "counts": table.values.tolist(),
+            "n_missing": tables.n_missing[scope],
+        }
+        for scope, table in tables.items()
+    }
+    text = json.dumps({"n_rows": tables.n_rows, "tables": payload})
+    if as_json:
+        click.echo(text)
+        return
+    if out:
+        with errors():
+            write_text_atomically(out, text)
+        click.echo(f"saved {len(tables)} tables to {out}")
+        return
+    for scope, table in tables.items():
+        click.echo(f"\n{','.join(scope)}  (missing: {tables.n_missing[scope]:,})")
+        click.echo(table.to_series().to_string())

@@ -1,0 +1,59 @@
+"""The ``dpgm`` command group and its entry point (signals, warnings, exit codes)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+
+from dpgm.cli.failures import terminate
+
+logger = logging.getLogger("dpgm")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpgm")
+@click.option("-v", "--verbose", count=True, help="More log lines (the 'dpgm' logger); tracebacks of internal errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+    """Fit probabilistic graphical models to chunked Zarr datasets on a Dask cluster.
+
+    Every failure exits with one line naming the culprit and a documented code
+    (README: "Exit codes and failures"); -v adds the traceback of internal errors (70).
+    """
+    ctx.meta["dpgm.verbose"] = verbose
+    ctx.meta["dpgm.quiet"] = quiet
+    # INFO by default: batch logs get the passes' periodic progress lines; -q keeps warnings only
+    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(level)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one ``warning: ...`` line on stderr (not Python's two-line source excerpt)."""
+    click.echo(f"warning: {message}", err=True)
+
+
+def main() -> None:
+    """Entry point of the ``dpgm`` command."""
+    import warnings
+
+    signal.signal(signal.SIGTERM, terminate)
+    warnings.showwarning = _show_warning
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort as error:
+        signum = getattr(error.__context__, "signum", signal.SIGINT)
+        click.echo(f"interrupted by {signal.Signals(signum).name}", err=True)
+        sys.exit(128 + int(signum))
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as error:
+        sys.exit(error.exit_code)

@@ -1,0 +1,145 @@
+"""Commands on models: ``dpgm fit`` and ``dpgm predict``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dpgm.cli.connection import (
+    checkpoint_location,
+    cluster,
+    connection_options,
+    scheduler_file_option,
+    scheduler_option,
+    storage_options,
+    workers_option,
+)
+from dpgm.cli.entry import cli
+from dpgm.cli.failures import EX_CANTCREAT, EX_NOT_CONVERGED, Failure, errors
+from dpgm.cli.options import progress
+from dpgm.cli.outputs import check_output, check_plot, save_model, save_plot, write_text_atomically
+
+
+@cli.command()
+@click.argument("spec", type=click.Path())
+@click.argument("data", type=click.Path())
+@click.option("--out", type=click.Path(), required=True, help="Zarr group to write the fitted model to.")
+@click.option("--method", default=None, help="Override the specification's method.")
+@click.option("--report", type=click.Path(), default=None, help="Write the result summary as JSON here.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing model store.")
+@click.option("--checkpoint", type=click.Path(), default=None, help="Folder to checkpoint EM into every iteration.")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint.")
+@click.option("--plot", "plot_path", type=click.Path(), default=None,
+              help="Save a convergence plot (log-likelihood per iteration) to this PNG/SVG/PDF file.")
+@click.option("--drop", multiple=True, help="Variable to remove from the data first, e.g. to fit it as latent "
+              "(repeatable; the specification's 'drop:' list does the same).")
+@click.option("--performance-report", type=click.Path(), default=None,
+              help="Save Dask's performance report of the fit (task stream, profile) to this HTML file.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, drop, performance_report, scheduler,
+        scheduler_file, workers) -> None:
+    """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
+
+    Exits 0 on convergence and 3 when the iteration limit was reached first.
+    """
+    from dpgm.api import fit as run
+    from dpgm.api.checks import check_checkpoint
+    from dpgm.cluster import performance_report as cluster_performance_report
+    from dpgm.data import Schema, open_dataset
+    from dpgm.spec import SpecError, build_model, drop_variables, read_spec
+
+    if resume and not checkpoint:
+        raise click.UsageError("--resume needs --checkpoint")
+    # every output is checked before any work: a finished fit is never lost to a path that cannot be written
+    check_output("--out", out, overwrite=overwrite, inputs=(data, spec))
+    check_output("--report", report, overwrite=overwrite, inputs=(data, spec))
+    check_plot(plot_path, overwrite, inputs=(data, spec))
+    check_output("--performance-report", performance_report, overwrite=overwrite, inputs=(data, spec))
+    check_output("--checkpoint", checkpoint, folder=True, inputs=(data, spec))
+    if checkpoint and not resume and not overwrite and (Path(checkpoint) / "LATEST").exists():
+        raise Failure(f"--checkpoint {checkpoint!r} holds the checkpoint of an earlier run: pass --resume to "
+                      "continue it, or --overwrite to start afresh", EX_CANTCREAT)
+    click.get_current_context().meta["dpgm.inputs"] = [data]
+    with errors(checkpoint):
+        ds = open_dataset(data, storage_options=storage_options())
+        parsed = read_spec(spec)
+        try:
+            parsed, ds = drop_variables(parsed, ds, drop)
+            model, chosen, options = build_model(parsed, Schema.from_dataset(ds).states, method=method)
+        except SpecError as error:
+            raise SpecError(f"specification {spec!r}: {error}") from None
+        if checkpoint:
+            options["checkpoint"] = checkpoint_location(checkpoint)
+        if resume:
+            options["resume"] = checkpoint_location(checkpoint)
+        # a checkpoint of other data or another specification is refused before the cluster starts
+        check_checkpoint(model, ds, chosen or _default_method(model), options,
+                         extra={"specification": _spec_fingerprint(parsed, method)})
+        with cluster(scheduler, scheduler_file, workers) as client:
+            start = time.perf_counter()
+            with cluster_performance_report(performance_report):
+                result = run(model, ds, method=chosen, client=client, progress=progress(),
+                             callback=_echo_iteration, **options)
+            seconds = time.perf_counter() - start
+        save_model(result.model, out)
+        click.echo(result.summary())
+        click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
+        if plot_path:
+            save_plot(result, plot_path)
+        if report:
+            payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
+            write_text_atomically(report, json.dumps(payload, indent=2, default=float))
+    if not result.converged:
+        sys.exit(EX_NOT_CONVERGED)
+
+
+def _default_method(model) -> str:
+    from dpgm.api.checks import DEFAULT_METHODS, model_kind
+
+    return DEFAULT_METHODS[model_kind(model)]
+
+
+_STOPPING_RULE = ("max_iter", "tol", "loglik_tol")
+
+
+def _spec_fingerprint(spec: dict, method: str | None) -> dict:
+    """The specification a checkpoint belongs to: everything but the stopping rule (a resumed fit may
+    run longer or to a tighter tolerance), with a --method override."""
+    kept = {k: v for k, v in spec.items() if k not in _STOPPING_RULE}
+    return kept | ({"method": method} if method else {})
+
+
+def _echo_iteration(record: dict) -> None:
+    parts = [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()]
+    click.echo("  " + " ".join(parts), err=True)
+
+
+@cli.command()
+@click.argument("model_path", type=click.Path())
+@click.argument("data", type=click.Path())
+@click.option("--variable", required=True, help="Variable whose posterior to compute (e.g. the latent class).")
+@click.option("--name", default=None, help="Name of the new variable (default <variable>_proba).")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def predict(model_path, data, variable, name, scheduler, scheduler_file, workers) -> None:
+    """Write every row's posterior of --variable under MODEL_PATH into the dataset DATA."""
+    from dpgm.api import predict_proba
+    from dpgm.data import open_dataset
+    from dpgm.models.store import load
+
+    click.get_current_context().meta["dpgm.inputs"] = [model_path, data]
+    with errors():
+        model = load(model_path)
+        ds = open_dataset(data, storage_options=storage_options())
+        with cluster(scheduler, scheduler_file, workers) as client:
+            result = predict_proba(model, ds, variable, write=True, name=name, client=client)
+    click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")

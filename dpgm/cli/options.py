@@ -1,0 +1,68 @@
+"""Option types and checks shared by the ``dpgm`` commands: counts, chunk limits, progress."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import click
+
+from dpgm.cli.failures import EX_CONFIG, Failure
+
+
+class Count(click.ParamType):
+    """A whole number, written as ``2000``, ``1e6`` or ``1_000_000``; refuses ``2.7`` (exit 2) and counts
+    outside ``[minimum, 2**53]`` (the largest a float such as ``1e6`` holds exactly)."""
+
+    name = "count"
+
+    def __init__(self, minimum: int = 1):
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            try:
+                number = int(text)
+            except ValueError:
+                try:
+                    real = float(text)
+                except ValueError:
+                    self.fail(f"{value!r} is not a number", param, ctx)
+                if not math.isfinite(real) or not real.is_integer():
+                    self.fail(f"{value!r} is not a whole number", param, ctx)
+                if abs(real) > MAX_COUNT:
+                    self.fail(f"{value!r} is more than {MAX_COUNT:.3g} (2**53)", param, ctx)
+                number = int(real)
+        if not self.minimum <= number <= MAX_COUNT:
+            self.fail(f"{value!r} is not between {self.minimum} and {MAX_COUNT:.3g} (2**53)", param, ctx)
+        return number
+
+
+MAX_COUNT = 2**53
+# generate and convert write one task per chunk: more chunks than this is a typo (--rows 1e20) or a graph
+# the scheduler cannot hold
+MAX_CHUNKS = 1_000_000
+
+
+def check_chunks(rows: int, chunk_rows: int, n_variables: int) -> None:
+    """Refuse (exit 78), before anything is allocated, a dataset of more chunks than one pass can schedule."""
+    n_chunks = -(-rows // chunk_rows)
+    if n_chunks > MAX_CHUNKS:
+        raise Failure(f"--rows {rows:,} in chunks of {chunk_rows:,} rows makes {n_chunks:,} chunks "
+                      f"({rows * n_variables:,} values); at most {MAX_CHUNKS:,} chunks: fewer --rows "
+                      "or larger --chunk-rows", EX_CONFIG)
+
+
+def default_chunk_rows(rows: int) -> int:
+    """The chunk size of a dataset of ``rows`` rows when --chunk-rows is not given."""
+    from dpgm.data.convert import default_chunk_rows as rule
+
+    return rule(rows)
+
+
+def progress() -> bool | str:
+    """A bar on a terminal; plain periodic lines on the ``dpgm`` logger in batch logs."""
+    return True if sys.stderr.isatty() else "lines"

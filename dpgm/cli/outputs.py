@@ -1,0 +1,145 @@
+"""Outputs of the ``dpgm`` command: checked before any work, written under a temporary name and
+renamed when complete, so a failed or interrupted command leaves none half-written."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from dpgm.cli.failures import EX_CANTCREAT, EX_CONFIG, Failure
+
+
+def is_remote(path: str) -> bool:
+    return "://" in str(path)
+
+
+def check_output(option: str, path: str | os.PathLike[str] | None, *, overwrite: bool = False,
+                 folder: bool = False, inputs: tuple = ()) -> None:
+    """Refuse, before any work, an output that could not be written (exit 73), naming it and why.
+
+    An existing output without --overwrite, a missing or non-directory parent, a parent
+    where a file cannot be created (read-only, no permission: probed by creating one),
+    an output that is one of the inputs. ``folder``: the output is a directory that may
+    exist (--checkpoint). Remote paths (``s3://...``) are left to the writer.
+    """
+    if path is None or is_remote(path):
+        return
+    target = Path(os.path.abspath(path))
+    ctx = click.get_current_context()
+    ctx.meta.setdefault("dpgm.outputs", []).append(target)
+    for given in inputs:
+        if given is not None and not is_remote(given) and Path(os.path.abspath(given)) == target:
+            raise Failure(f"{option} {os.fspath(path)!r} is also an input: it would be overwritten", EX_CANTCREAT)
+    if target.exists() or target.is_symlink():
+        if folder and not target.is_dir():
+            raise Failure(f"{option} {os.fspath(path)!r} exists and is not a folder", EX_CANTCREAT)
+        if not folder and not overwrite:
+            raise Failure(f"{option} {os.fspath(path)!r} exists; pass --overwrite to replace it", EX_CANTCREAT)
+    parent = target.parent
+    if not parent.exists():
+        raise Failure(f"{option} {os.fspath(path)!r}: the folder {str(parent)!r} does not exist", EX_CANTCREAT)
+    if not parent.is_dir():
+        raise Failure(f"{option} {os.fspath(path)!r}: {str(parent)!r} is not a folder", EX_CANTCREAT)
+    probe_in = target if folder and target.is_dir() else parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=probe_in, prefix=".dpgm-probe-"):
+            pass
+    except OSError as error:
+        raise Failure(f"{option} {os.fspath(path)!r}: cannot create a file in {str(probe_in)!r}: "
+                      f"{error.strerror or error}", EX_CANTCREAT) from None
+
+
+def _temporary_sibling(path: Path, suffix: str = "") -> Path:
+    return path.parent / f".{path.name}.partial-{os.getpid()}{suffix}"
+
+
+def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary name next to ``path``, then rename it (no half-written file, ever)."""
+    target = Path(path)
+    pending = _temporary_sibling(target)
+    try:
+        with open(pending, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(pending, target)
+    except BaseException:
+        pending.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to ``path`` to write a file or store into; on success it replaces
+    ``path`` (an existing one is removed only once the new one is complete), on failure it is removed."""
+    target = Path(path)
+    pending = _temporary_sibling(target, suffix)
+    try:
+        yield pending
+        if target.is_dir() and not target.is_symlink():
+            old = _temporary_sibling(target, ".old")
+            os.replace(target, old)
+            os.replace(pending, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(pending, target)
+    except BaseException:
+        if pending.is_dir():
+            shutil.rmtree(pending, ignore_errors=True)
+        else:
+            pending.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def removed_on_failure(path: str | os.PathLike[str]) -> Iterator[None]:
+    """A store written in place (generate, convert): removed again if its writer fails or is interrupted,
+    so no half-written store is left behind (one killed outright stays marked incomplete)."""
+    target = Path(path)
+    try:
+        yield
+    except BaseException:
+        if not is_remote(path) and target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def save_model(model, out: str) -> None:
+    """Save under a temporary name next to ``out``, then rename (a remote store is written in place; its
+    completion marker, set last, tells a finished store from a partial one)."""
+    if is_remote(out):
+        model.save(out, mode="w")
+        return
+    with replacing(out) as pending:
+        model.save(pending, mode="w-")
+
+
+_PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def check_plot(path: str | None, overwrite: bool, inputs: tuple) -> None:
+    if path is None:
+        return
+    if Path(path).suffix.lower() not in _PLOT_FORMATS:
+        raise click.BadParameter(f"{path!r}: the file name must end with one of {list(_PLOT_FORMATS)}",
+                                 param_hint="--plot")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise Failure("--plot needs matplotlib: pip install 'dpgm[plot]'", EX_CONFIG)
+    check_output("--plot", path, overwrite=overwrite, inputs=inputs)
+
+
+def save_plot(result, path) -> None:
+    if not result.history:
+        click.echo(f"no convergence plot: {result.method} is a closed form (no iterations)", err=True)
+        return
+    with replacing(path, suffix=Path(path).suffix) as pending:
+        result.plot(pending)
+    click.echo(f"convergence plot saved to {path}")

@@ -1,0 +1,207 @@
+"""Hybrid Bayesian networks: tabular nodes for categorical variables, GLM nodes for the rest."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+import xarray as xr
+
+from dpgm.models.glm import GLMConditional, canonical_family
+
+__all__ = ["HybridNetwork"]
+
+
+class HybridNetwork:
+    """A directed model whose nodes are probability tables or GLM conditionals.
+
+    Every node is either *tabular* (a categorical variable whose parents are all
+    categorical: a conditional probability table, as in :class:`~dpgm.BayesianNetwork`)
+    or a *GLM node* (a :class:`~dpgm.GLMConditional` on its parents, given by its
+    family): gaussian for a continuous variable, ``"bernoulli"`` or ``"categorical"``
+    for a categorical variable with continuous parents, ``"poisson"`` for counts.
+    :func:`dpgm.fit` fits every node in the same passes over the data: the tables
+    from the counts of the first pass, all GLM nodes' IRLS steps together, one pass
+    per iteration, until every node's deviance has converged.
+
+    A categorical variable absent from the data is *latent* (``states`` gives its
+    states; it has no parents): ``dpgm.fit(network, data, method="em")`` fits the
+    network by EM. Each GLM child of a latent variable has one set of coefficients
+    (and, gaussian, one variance) per latent state: a mixture of regressions or
+    latent class regression.
+
+    Parameters
+    ----------
+    edges
+        ``(parent, child)`` pairs.
+    families
+        GLM nodes: variable -> family (``"gaussian"``, ``"bernoulli"``,
+        ``"categorical"``, ``"poisson"``). Every other variable is tabular.
+    nodes
+        Variables without edges.
+    states
+        State labels of latent variables.
+    l2
+        Ridge penalty of every GLM node (see :class:`~dpgm.GLMConditional`).
+
+    Attributes
+    ----------
+    tables
+        After a fit: tabular node -> conditional probability table (first
+        dimension the variable, then its parents), as in a BayesianNetwork.
+    conditionals
+        After a fit: GLM node -> fitted :class:`~dpgm.GLMConditional`; a child of a
+        latent variable ``z`` has a ``z`` dimension on its coefficients.
+
+    Examples
+    --------
+    >>> net = HybridNetwork([("region", "income"), ("age", "income"), ("income", "default")],
+    ...                     families={"income": "gaussian", "default": "bernoulli", "age": "gaussian"})
+    >>> net.variables, net.kind("income"), net.kind("region")
+    (('region', 'age', 'income', 'default'), 'gaussian', 'tabular')
+    """
+
+    def __init__(self, edges: Iterable[tuple[str, str]], families: Mapping[str, str] | None = None, *,
+                 nodes: Iterable[str] = (), states: Mapping[str, Sequence[str]] | None = None, l2: float = 0.0,
+                 tables: Mapping[str, xr.DataArray] | None = None,
+                 conditionals: Mapping[str, GLMConditional] | None = None):
+        edges = [tuple(e) for e in edges]
+        bad = [e for e in edges if len(e) != 2 or not all(isinstance(v, str) for v in e)]
+        if bad:
+            raise TypeError(f"edges must be (parent, child) pairs of variable names, got {bad[:3]!r}")
+        graph = nx.DiGraph()
+        for v in [*nodes, *(v for e in edges for v in e)]:
+            graph.add_node(v)
+        graph.add_edges_from(edges)
+        self.families = {str(v): canonical_family(f) for v, f in (families or {}).items()}
+        graph.add_nodes_from(self.families)
+        if not nx.is_directed_acyclic_graph(graph):
+            raise ValueError(f"the network has a directed cycle: {nx.find_cycle(graph)}")
+        order = {v: i for i, v in enumerate(graph.nodes)}
+        self.variables: tuple[str, ...] = tuple(nx.lexicographical_topological_sort(graph, key=order.__getitem__))
+        self._parents = {v: tuple(dict.fromkeys(p for p, c in edges if c == v)) for v in self.variables}
+        self.states = {str(v): tuple(map(str, s)) for v, s in (states or {}).items()}
+        unknown = sorted(set(self.states) - set(self.variables))
+        if unknown:
+            raise ValueError(f"states given for {unknown}, which are not variables of the network; "
+                             f"variables: {list(self.variables)}")
+        if isinstance(l2, bool) or not isinstance(l2, int | float) or not math.isfinite(l2) or l2 < 0:
+            raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
+        self.l2 = float(l2)
+        self.edges = [(p, v) for v in self.variables for p in self._parents[v]]
+        self.tables: dict[str, xr.DataArray] = dict(tables or {})
+        self.conditionals: dict[str, GLMConditional] = dict(conditionals or {})
+
+    def parents(self, variable: str) -> tuple[str, ...]:
+        """The parents of ``variable``, in the order of the edges (the order of its GLM's terms)."""
+        return self._parents[variable]
+
+    def kind(self, variable: str) -> str:
+        """``"tabular"`` or the GLM node's family."""
+        if variable not in self._parents:
+            raise ValueError(f"{variable!r} is not a variable of the network; variables: {list(self.variables)}")
+        return self.families.get(variable, "tabular")
+
+    @property
+    def glm_nodes(self) -> tuple[str, ...]:
+        """GLM nodes in topological order."""
+        return tuple(v for v in self.variables if v in self.families)
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether every node has parameters."""
+        return all(v in self.tables or v in self.conditionals for v in self.variables)
+
+    def glm(self, variable: str) -> GLMConditional:
+        """The GLM node as a conditional (fitted if the network is)."""
+        if variable not in self.families:
+            raise ValueError(f"{variable!r} is not a GLM node; GLM nodes: {list(self.glm_nodes)}")
+        return self.conditionals.get(variable) or GLMConditional(variable, self._parents[variable],
+                                                                 self.families[variable], self.l2)
+
+    def with_parameters(self, tables: Mapping[str, xr.DataArray],
+                        conditionals: Mapping[str, GLMConditional]) -> HybridNetwork:
+        """A copy with the given parameters (a model is a value: fitting returns a new one)."""
+        return HybridNetwork(self.edges, self.families, nodes=self.variables, states=self.states, l2=self.l2,
+                             tables=tables, conditionals=conditionals)
+
+    def n_free_parameters(self) -> int:
+        """Free parameters: ``(k - 1)`` per parent configuration of each table, plus every GLM's."""
+        if not self.is_fitted:
+            raise ValueError("the network has no parameters yet: fit it with dpgm.fit(network, data)")
+        count = sum((t.shape[0] - 1) * math.prod(t.shape[1:]) for t in self.tables.values())
+        for c in self.conditionals.values():
+            count += c.n_free_parameters()
+            if c.family == "gaussian" and c.coefficients is not None and c.coefficients.ndim > 1:
+                count += math.prod(c.coefficients.shape[1:]) - 1  # one variance per latent state
+        return count
+
+    def summary(self) -> str:
+        """Each node: its table's shape or its GLM's coefficient table."""
+        lines = [f"HybridNetwork: {len(self.variables)} variables, {len(self.glm_nodes)} GLM nodes"]
+        for v in self.variables:
+            if v in self.conditionals and self.conditionals[v].coefficients is not None \
+                    and self.conditionals[v].coefficients.ndim == 1 + (self.families[v] == "categorical"):
+                lines.append(self.conditionals[v].summary())
+            elif v in self.conditionals:
+                lines.append(f"{v} | {list(self._parents[v])}: {self.families[v]}, coefficients\n"
+                             f"{self.conditionals[v].coefficients.to_pandas()}")
+            elif v in self.tables:
+                lines.append(f"{v} | {list(self._parents[v])}: table {dict(self.tables[v].sizes)}")
+            else:
+                lines.append(f"{v} | {list(self._parents[v])}: {self.kind(v)} (not fitted)")
+        return "\n".join(lines)
+
+    def save(self, path: str, *, mode: str = "w-") -> None:
+        """Write the network to a Zarr group."""
+        from dpgm.models.saving import save
+
+        save(self, path, mode=mode)
+
+    def _to_store(self) -> dict[str, Any]:
+        tables: dict[str, Any] = {f"table:{v}": t for v, t in self.tables.items()}
+        scales = {}
+        for v, c in self.conditionals.items():
+            if c.coefficients is None or c.standard_errors is None:
+                continue
+            rename = {d: f"{v}:{d}" for d in ("term", "state") if d in c.coefficients.dims}
+            tables[f"coefficients:{v}"] = c.coefficients.rename(rename)
+            tables[f"standard_errors:{v}"] = c.standard_errors.rename(rename)
+            scales[v] = c.scale_by_state.values.tolist() if c.scale_by_state is not None else c.scale
+        return tables | {"__attrs__": {"edges": [list(e) for e in self.edges], "families": self.families,
+                                       "nodes": list(self.variables), "states": self.states, "l2": self.l2,
+                                       "scales": scales,
+                                       "child_states": {v: None if c.child_states is None else list(c.child_states)
+                                                        for v, c in self.conditionals.items()},
+                                       "deviances": {v: c.deviance for v, c in self.conditionals.items()}}}
+
+    @classmethod
+    def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> HybridNetwork:
+        model = cls([tuple(e) for e in attrs["edges"]], attrs["families"], nodes=attrs["nodes"],
+                    states=attrs["states"], l2=attrs["l2"])
+        cpds = {key.split(":", 1)[1]: t for key, t in tables.items() if key.startswith("table:")}
+        conditionals = {}
+        for v in attrs["scales"]:
+            coefficients, errors = tables[f"coefficients:{v}"], tables[f"standard_errors:{v}"]
+            rename = {d: d.split(":", 1)[1] for d in coefficients.dims if d.startswith(f"{v}:")}
+            coefficients, errors = coefficients.rename(rename), errors.rename(rename)
+            order = [d for d in ("term", "state") if d in coefficients.dims]
+            order += [d for d in coefficients.dims if d not in order]
+            scale = attrs["scales"][v]
+            by_state = None
+            if isinstance(scale, list):
+                latent = order[-1]
+                by_state = xr.DataArray(scale, dims=latent, coords={latent: coefficients.coords[latent].values})
+                scale = float("nan")
+            conditionals[v] = model.glm(v).with_parameters(
+                coefficients.transpose(*order), errors.transpose(*order), scale=scale,
+                deviance=attrs["deviances"][v], scale_by_state=by_state,
+                child_states=attrs.get("child_states", {}).get(v))
+        return model.with_parameters(cpds, conditionals)
+
+    def __repr__(self) -> str:
+        glm = ", ".join(f"{v}: {self.families[v]}" for v in self.glm_nodes)
+        return (f"HybridNetwork({len(self.variables)} variables, {len(self.edges)} edges, GLM nodes {{{glm}}}, "
+                f"{'fitted' if self.is_fitted else 'structure'})")
