@@ -30,7 +30,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     from dpgm.algorithms.em import em
     from dpgm.algorithms.tree_ipf import tree_ipf
     from dpgm.cluster import current_client, iteration_span
-    from dpgm.inference.batched import BatchedTree
+    from dpgm.inference.scope_enumeration import ScopeEnumeration
     from dpgm.inference.triangulation import build_tree
     from dpgm.stats.expected import expected_counts
 
@@ -81,8 +81,10 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     fixed_factors = [(s, np.exp(t)) for s, t in fixed.items()]
 
     def estep(parameters, iteration):
-        trees = [BatchedTree(model.variables, cards,
-                             [(s, np.exp(t)) for s, t in log_tables(p).items()] + fixed_factors, structure)
+        # rows whose unobserved groups are cheap to enumerate skip the tree (ScopeEnumeration)
+        trees = [ScopeEnumeration(model.variables, cards,
+                                  [(s, np.exp(t)) for s, t in log_tables(p).items()] + fixed_factors, scopes,
+                                  structure)
                  for p in parameters]
         with iteration_span("dpgm-em", iteration):
             results = expected_counts(data, trees, observed, client=client, progress=progress)

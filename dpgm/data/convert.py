@@ -1,7 +1,8 @@
 """Conversion of CSV and Parquet files (one, a directory, or a glob) to Zarr datasets, on the cluster.
 
 The input is cut into *blocks*: a Parquet row group, a byte range of an
-uncompressed CSV (``blocksize`` bytes, cut at line ends), or a whole compressed
+uncompressed CSV (``blocksize`` bytes at most, a sixteenth of the input down to
+4 MiB, cut at line ends), or a whole compressed
 CSV. Two passes, one task per block each:
 
 1. **discover**: each block reports, per column, its distinct values in order of
@@ -111,10 +112,21 @@ def _files(source: str, storage_options: dict | None) -> list[str]:
     return files
 
 
+BLOCKS = 16
+"""Byte ranges an uncompressed CSV input is cut into at least (as chunks: several per worker) ..."""
+SMALLEST_BLOCK = 4 * 2**20
+"""... unless they would be smaller than this (4 MiB): a small file is a few tasks."""
+
+
 def _blocks(files: list[str], blocksize: int | None, storage_options: dict | None) -> list[_Block]:
     import fsspec
     import pyarrow.parquet as pq
 
+    sizes = {path: fsspec.filesystem(fsspec.utils.get_protocol(path), **(storage_options or {})).size(path)
+             for path in files if not path.endswith(_PARQUET)}
+    if blocksize is not None and sizes:
+        uncompressed = sum(size for path, size in sizes.items() if not path.endswith(_COMPRESSED))
+        blocksize = max(min(blocksize, max(uncompressed // BLOCKS, SMALLEST_BLOCK)), 1)
     blocks = []
     for path in files:
         if path.endswith(_PARQUET):
@@ -122,7 +134,7 @@ def _blocks(files: list[str], blocksize: int | None, storage_options: dict | Non
                 groups = pq.ParquetFile(handle).num_row_groups
             blocks += [_Block(path, "parquet", row_group=g) for g in range(max(groups, 1))]
             continue
-        size = fsspec.filesystem(fsspec.utils.get_protocol(path), **(storage_options or {})).size(path)
+        size = sizes[path]
         if blocksize is None or path.endswith(_COMPRESSED) or size <= blocksize:
             blocks.append(_Block(path, "csv"))
         else:
@@ -413,7 +425,9 @@ def convert(
     storage_options
         Passed to fsspec, for the input and the store.
     blocksize
-        Bytes of uncompressed CSV one task reads (None: whole files).
+        Bytes of uncompressed CSV one task reads at most (None: whole files); smaller
+        where that gives the input fewer than 16 blocks, down to 4 MiB, so every
+        worker gets several.
     client
         Dask client whose workers read and write the blocks (default: the active
         client, else Dask's threads).

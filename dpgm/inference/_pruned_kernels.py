@@ -136,9 +136,12 @@ def _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stri
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _load_compact(work, base, codes, r0, rows, observed_var, compact, state, n, grid_ptr, grid_var, grid_stride,
-                  table_offset, free_ptr, free, var_offset, var_state, var_home):
+                  table_offset, free_ptr, free, var_offset, var_state, var_home, starts):
     """Gather each row's compact clique tables (cells x rows) from the full initial tables; enter the evidence
-    of the columns not compacted (``compact[j]`` False) by zeroing the disagreeing cells of their home clique."""
+    of the columns not compacted (``compact[j]`` False) by zeroing the disagreeing cells of their home clique.
+
+    ``starts`` is ``(n, block)`` scratch: each clique's first consistent full cell per row.
+    """
     for r in range(rows):
         for j in range(codes.shape[1]):
             if compact[j]:
@@ -149,8 +152,12 @@ def _load_compact(work, base, codes, r0, rows, observed_var, compact, state, n, 
                 code = state[grid_var[i]]
                 if code > 0:
                     start += code * grid_stride[i]
-            for k in range(free_ptr[c], free_ptr[c + 1]):
-                work[k, r] = base[start + free[k]]
+            starts[c, r] = start
+    for c in range(n):
+        for k in range(free_ptr[c], free_ptr[c + 1]):
+            offset = free[k]
+            for r in range(rows):
+                work[k, r] = base[starts[c, r] + offset]
     for j in range(codes.shape[1]):
         if compact[j]:
             continue
@@ -238,13 +245,17 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
     free_ptr = np.empty(2 * n + 1, dtype=np.int64)
     sep_stride = np.zeros(card.shape[0], dtype=np.int64)
     odometer = np.zeros((3, 64), dtype=np.int64)
+    starts = np.empty((n, block), dtype=np.int64)
     up = np.empty(capacity, dtype=np.int64)
     down = np.empty(max(1, down_index.shape[0]), dtype=np.int64)
     down_ptr = np.empty(n + 1, dtype=np.int64)
     sep_capacity = sep_offset[-1] + n
-    work = np.empty((capacity, block))
-    sep = np.empty((sep_capacity, block))
-    scratch = np.empty((sep_capacity, block))
+    work_flat = np.empty(capacity * block)  # with one row per block, the 1-D kernel runs on contiguous arrays
+    sep_flat = np.empty(sep_capacity * block)
+    scratch_flat = np.empty(sep_capacity * block)
+    work = work_flat.reshape((capacity, block))
+    sep = sep_flat.reshape((sep_capacity, block))
+    scratch = scratch_flat.reshape((sep_capacity, block))
     total = np.empty(block)
     log_total = np.empty(block)
     state = np.full(card.shape[0], -1, dtype=np.int64)
@@ -263,10 +274,14 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
         for b0 in range(r0, r1, block):
             rows = min(block, r1 - b0)
             _load_compact(work, base, codes, b0, rows, observed_var, compact, state, n, grid_ptr, grid_var,
-                          grid_stride, table_offset, free_ptr, free, var_offset, var_state, var_home)
+                          grid_stride, table_offset, free_ptr, free, var_offset, var_state, var_home, starts)
             if rows == 1:
-                log_total[0] = _propagate_row(work[:, 0], sep[:, 0], scratch[:, 0], order, parent, free_ptr, sep_ptr,
-                                              up, down, down_ptr)
+                if block == 1:
+                    log_total[0] = _propagate_row(work_flat, sep_flat, scratch_flat, order, parent, free_ptr, sep_ptr,
+                                                  up, down, down_ptr)
+                else:
+                    log_total[0] = _propagate_row(work[:, 0], sep[:, 0], scratch[:, 0], order, parent, free_ptr,
+                                                  sep_ptr, up, down, down_ptr)
                 if log_total[0] == -np.inf:
                     for k in range(free_ptr[n]):
                         work[k, 0] = 0.0
@@ -278,19 +293,13 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
             if accumulate:
                 for r in range(rows):
                     w = weights[b0 + r]
-                    if log_total[r] == -np.inf or w == 0.0:
-                        continue
-                    for j in range(codes.shape[1]):
-                        if compact[j]:
-                            state[observed_var[j]] = codes[b0 + r, j]
-                    for c in range(n):
-                        start = table_offset[c]
-                        for i in range(grid_ptr[c], grid_ptr[c + 1]):
-                            code = state[grid_var[i]]
-                            if code > 0:
-                                start += code * grid_stride[i]
-                        for k in range(free_ptr[c], free_ptr[c + 1]):
-                            totals[start + free[k]] += w * work[k, r]
+                    total[r] = 0.0 if log_total[r] == -np.inf else w
+                for c in range(n):  # the row's clique starts are still in ``starts`` from the load
+                    for k in range(free_ptr[c], free_ptr[c + 1]):
+                        offset = free[k]
+                        for r in range(rows):
+                            if total[r] != 0.0:
+                                totals[starts[c, r] + offset] += total[r] * work[k, r]
                 continue
             for t in range(targets.shape[0]):
                 v = targets[t]

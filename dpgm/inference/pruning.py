@@ -158,8 +158,9 @@ def plan(layout: TreeLayout, grids: EvidenceGrids, codes: np.ndarray, observed: 
 
     Compacting a column removes its observed variable from every clique but splits the rows into
     more patterns (smaller blocks of rows side by side); the columns whose observation removes the
-    most cells come first, and the number of them is chosen by the cost model of
-    :func:`dense_advantage` on an evenly spaced sample of ``sample`` rows. Returns ``(compact, rows)``
+    most cells come first, and the number of them is chosen on an evenly spaced sample of ``sample``
+    rows by a cost model: cells per row, times ``_PRUNED_COST`` for the pruned kernel, divided by the
+    efficiency of each kernel's blocks of rows (:func:`_efficiency`). Returns ``(compact, rows)``
     boolean masks; no row when pruning does not pay.
     """
     n_rows, k = codes.shape

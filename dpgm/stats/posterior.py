@@ -18,7 +18,7 @@ __all__ = ["posterior_map"]
 
 def _posterior_block(tree: Any, observed: Sequence[str], target: str, columns: dict[str, np.ndarray]) -> np.ndarray:
     codes = np.stack([np.asarray(columns[v]) for v in observed], axis=1) if observed else np.zeros((0, 0))
-    _, marginals = tree.posteriors(codes, observed)
+    _, marginals = tree.posteriors(codes, observed, targets=[target])
     return marginals[target]
 
 
