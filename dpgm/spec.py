@@ -58,6 +58,26 @@ An observed column is made latent by dropping it from the data first (the CLI's
     drop: [either]
     latent: {either: ["yes", "no"]}
 
+Continuous variables (states are not needed; the fitted model is saved like any other)::
+
+    model: gaussian_graphical      # covariance selection
+    edges: [[a, b], [b, c], [c, d], [d, a]]    # or cliques: [[a, b, c], [c, d]]
+    variables: [a, b, c, d, e]     # default: the variables the graph names
+    method: ipf                    # ipf (default) | closed_form (decomposable graphs) | glasso
+    tol: 1.0e-10
+    alpha: 0.05                    # glasso's penalty
+
+    model: gaussian_mixture
+    n_components: 5
+    variables: [x0, x1, x2]        # default: every continuous variable of the data
+    covariance_type: full          # full | diag | spherical | tied
+    n_init: 10
+    random_state: 0
+    reg_covar: 1.0e-6
+
+    model: linear_gaussian         # each node a least-squares regression on its parents
+    edges: [[age, bp], [weight, bp]]
+
 Keys other than ``model``, the structure keys, ``drop`` and ``method`` are passed to
 :func:`dpgm.fit` as options (``tol``, ``max_iter``, ...).
 """
@@ -84,13 +104,17 @@ STRUCTURE_KEYS = {
     "log_linear": ("model", "method", "margins"),
     "latent_class": ("model", "method", "n_classes", "observed", "variable"),
     "hmm": ("model", "method", "n_states", "symbols", "variable"),
+    "gaussian_graphical": ("model", "method", "edges", "cliques", "variables"),
+    "gaussian_mixture": ("model", "method", "n_components", "variables", "covariance_type"),
+    "linear_gaussian": ("model", "method", "edges", "variables"),
     "glm": ("model", "method", "child", "parents", "family"),  # and l2, the model's ridge penalty
     "hybrid_network": ("model", "method", "edges", "families", "variables", "latent"),
 }
+_CONTINUOUS_KINDS = ("gaussian_graphical", "gaussian_mixture", "linear_gaussian")
 # options a specification cannot hold: they are the command line's (--checkpoint, --resume)
 _COMMAND_LINE_OPTIONS = {"checkpoint": "--checkpoint", "resume": "--resume"}
 # YAML 1.1 reads 1e-8 (no dot) as a string: accepted for these numeric options
-_REAL_OPTIONS = ("tol", "loglik_tol", "l1", "l2", "equivalent_sample_size")
+_REAL_OPTIONS = ("tol", "loglik_tol", "l1", "l2", "equivalent_sample_size", "alpha", "reg_covar")
 
 
 class SpecError(ConfigError):
@@ -149,9 +173,14 @@ def _check_latent_not_observed(latent: list[str], states: dict[str, tuple[str, .
 
 
 def build_model(
-    spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None = None, method: str | None = None
+    spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None = None, method: str | None = None,
+    continuous: list[str] | None = None,
 ) -> tuple[Any, str | None, dict[str, Any]]:
-    """The model, method and fit options a specification names (``states``: the data's, for labels).
+    """The model, method and fit options a specification names.
+
+    ``states`` are the data's categorical variables and their labels; ``continuous``
+    the data's continuous variables (None: not known, so not checked; a
+    ``gaussian_mixture`` then needs its ``variables``).
 
     Everything is checked before any pass over the data: the keys of the model's
     kind, their types, and the options against :func:`dpgm.fit`'s table for the
@@ -164,7 +193,7 @@ def build_model(
         of range, naming the key.
     """
     override = method
-    model, method, options = _build(spec, states)
+    model, method, options = _build(spec, states, continuous)
     method = override or method
     from dpgm.api.checks import check_fit_options
 
@@ -194,6 +223,9 @@ def _check_types(spec: dict[str, Any], kind: str) -> None:
     need("variable", isinstance(spec.get("variable"), str) and spec.get("variable"), "a variable name")
     need("n_classes", positive_int(spec.get("n_classes")) and spec.get("n_classes") >= 2, "an integer >= 2")
     need("n_states", positive_int(spec.get("n_states")), "an integer >= 1")
+    need("n_components", positive_int(spec.get("n_components")), "an integer >= 1")
+    need("covariance_type", spec.get("covariance_type") in ("full", "diag", "spherical", "tied"),
+         "one of ['full', 'diag', 'spherical', 'tied']")
     need("symbols", isinstance(spec.get("symbols"), list) and spec.get("symbols")
          and all(isinstance(v, str | int) and not isinstance(v, bool) for v in spec["symbols"]),
          "a non-empty list of labels")
@@ -220,7 +252,8 @@ def _options(spec: dict[str, Any], kind: str) -> dict[str, Any]:
     return options
 
 
-def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None) -> tuple[Any, str | None, dict]:
+def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
+           continuous: list[str] | None = None) -> tuple[Any, str | None, dict]:
     states = dict(states or {})
     from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.networks import load_network
@@ -231,6 +264,8 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None) -> t
     _check_types(spec, kind)
     options = _options(spec, kind)
     method = spec.get("method")
+    if kind in _CONTINUOUS_KINDS:
+        return _build_continuous(spec, kind, states, continuous), method, options
     if kind == "bayesian_network":
         latent = spec.get("latent") or {}
         if not isinstance(latent, dict):
@@ -292,6 +327,64 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None) -> t
         latent = kind == "hybrid_network" and bool(spec.get("latent"))
         return _build_glm(spec, kind, states, options), method or ("em" if latent else None), options
     raise AssertionError(kind)  # pragma: no cover - every kind of STRUCTURE_KEYS is built above
+
+
+def _pairs(spec: dict[str, Any], key: str, kind: str, size: int | None) -> list[tuple[str, ...]]:
+    """``spec[key]`` as a list of name tuples (``size``: each exactly that long), or a SpecError naming it."""
+    value = spec.get(key)
+    ok = isinstance(value, list) and all(
+        isinstance(e, list) and e and all(isinstance(v, str) and v for v in e) and (size is None or len(e) == size)
+        for e in value)
+    if not ok:
+        what = "a list of [parent, child] pairs" if size == 2 else "a list of variable lists"
+        raise SpecError(f"{key!r} of a {kind} must be {what}, got {value!r}")
+    return [tuple(e) for e in value]
+
+
+def _build_continuous(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]],
+                      continuous: list[str] | None) -> Any:
+    """A GaussianGraphicalModel, GaussianMixture or LinearGaussianNetwork; its variables checked against the data."""
+    from dpgm.models.gaussian import GaussianGraphicalModel
+    from dpgm.models.linear_gaussian import LinearGaussianNetwork
+    from dpgm.models.mixture import GaussianMixture
+
+    variables = spec.get("variables")
+    if kind == "gaussian_mixture":
+        if "n_components" not in spec:
+            raise SpecError("a gaussian_mixture needs 'n_components' (an integer >= 1)")
+        if variables is None:
+            if continuous is None:
+                raise SpecError("a gaussian_mixture needs 'variables' (its continuous variables)")
+            variables = list(continuous)
+            if not variables:
+                raise SpecError("the data have no continuous variable for a gaussian_mixture; "
+                                f"categorical: {sorted(states)}")
+        named = list(variables)
+    elif kind == "gaussian_graphical":
+        if ("edges" in spec) == ("cliques" in spec):
+            raise SpecError("a gaussian_graphical model takes 'edges' or 'cliques' (one of them)")
+        scopes = _pairs(spec, "edges" if "edges" in spec else "cliques", kind, 2 if "edges" in spec else None)
+        named = list(dict.fromkeys([*(v for s in scopes for v in s), *(variables or ())]))
+    else:
+        if "edges" not in spec:
+            raise SpecError("a linear_gaussian network needs 'edges': a list of [parent, child] pairs")
+        scopes = _pairs(spec, "edges", kind, 2)
+        named = list(dict.fromkeys([*(v for s in scopes for v in s), *(variables or ())]))
+    categorical = [v for v in named if v in states]
+    if categorical:
+        raise SpecError(f"a {kind} needs continuous variables; {categorical} are categorical in the data")
+    if continuous is not None:
+        unknown = [v for v in named if v not in continuous]
+        if unknown:
+            raise SpecError(f"variables {unknown} are not in the data; continuous variables: {sorted(continuous)}")
+    try:
+        if kind == "gaussian_mixture":
+            return GaussianMixture(spec["n_components"], variables, spec.get("covariance_type", "full"))
+        if kind == "gaussian_graphical":
+            return GaussianGraphicalModel(scopes, variables)
+        return LinearGaussianNetwork(scopes, variables)
+    except (TypeError, ValueError) as error:
+        raise SpecError(f"{kind}: {error}") from None
 
 
 def _build_glm(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]], options: dict[str, Any]) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,7 +11,11 @@ import numpy as np
 from dpgm.algorithms.tables import JointEngine
 from dpgm.potentials import Scope, expand
 
-__all__ = ["FeatureSet", "feature_set"]
+__all__ = ["DENSE_DESIGN_ENTRIES", "FeatureSet", "feature_set"]
+
+# below this many (features x joint cells), model expectations come from the design matrix:
+# two matrix products instead of one small NumPy call per scope (the fixed cost of small fits)
+DENSE_DESIGN_ENTRIES = 1 << 16
 
 
 class FeatureSet:
@@ -33,6 +37,7 @@ class FeatureSet:
         offsets = np.cumsum([0] + [m.shape[0] for m in self.matrices.values()])
         self.slices = {s: slice(int(a), int(b)) for s, a, b in zip(self.scopes, offsets[:-1], offsets[1:], strict=True)}
         self.n_features = int(offsets[-1])
+        self._designs: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def indicators(cls, shapes: Mapping[Scope, Sequence[int]]) -> FeatureSet:
@@ -65,13 +70,40 @@ class FeatureSet:
         return float(sum(m.max(axis=1).sum() for m in self.matrices.values()))
 
     def design(self, variables: Sequence[str], shape: Sequence[int]) -> np.ndarray:
-        """Every feature's value at every cell of the joint: ``(features, cells)``."""
+        """Every feature's value at every cell of the joint: ``(features, cells)`` (built once, read-only)."""
+        key = (tuple(variables), tuple(shape))
+        if key not in self._designs:
+            self._designs[key] = self._build_design(variables, shape)
+        return self._designs[key]
+
+    def _build_design(self, variables: Sequence[str], shape: Sequence[int]) -> np.ndarray:
         columns = []
         for scope in self.scopes:
             for row in self.matrices[scope]:
                 columns.append(np.broadcast_to(expand(row.reshape(self.shapes[scope]), scope, variables),
                                                tuple(shape)).ravel())
-        return np.stack(columns)
+        design = np.stack(columns)
+        design.setflags(write=False)
+        return design
+
+    def expectations_at(self, engine, active: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
+        """``evaluate(theta_active) -> (E_model[f_i] of the active features, log Z)``, the other
+        features' weights at ``-inf`` (their cells get probability zero).
+
+        On a small enumerable joint (``DENSE_DESIGN_ENTRIES``) two products with the design
+        matrix, else the engine's marginals of every scope.
+        """
+        active = np.asarray(active, dtype=bool)
+        if (isinstance(engine, JointEngine) and self.n_features * math.prod(engine.shape) <= DENSE_DESIGN_ENTRIES):
+            return _DenseExpectations(self, engine, active)
+
+        def evaluate(theta: np.ndarray) -> tuple[np.ndarray, float]:
+            full = np.full(self.n_features, -np.inf)
+            full[active] = theta
+            marginals, log_z = engine(self.log_potentials(full), self.scopes)
+            return self.expectations(marginals)[active], log_z
+
+        return evaluate
 
     def joint_covariance(self, engine: JointEngine, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Model mean and covariance of the features, by enumerating the joint (Newton's Hessian)."""
@@ -85,4 +117,45 @@ class FeatureSet:
 def feature_set(model: Any) -> tuple[FeatureSet, list[str]]:
     """A log-linear model's features stacked per scope, and the feature names in that order."""
     tables, order = model.stacked_features()
-    return FeatureSet(tables), order
+    cached = _FEATURE_SETS.get(id(tables))
+    if cached is None or cached[0] is not tables:  # a model and its copies share one stacking
+        if len(_FEATURE_SETS) >= 32:
+            _FEATURE_SETS.pop(next(iter(_FEATURE_SETS)))
+        cached = _FEATURE_SETS[id(tables)] = (tables, FeatureSet(tables))
+    return cached[1], order
+
+
+# the FeatureSet (and its design matrices) of the last stackings seen, by identity
+_FEATURE_SETS: dict[int, tuple[dict, FeatureSet]] = {}
+
+
+class _DenseExpectations:
+    """Model expectations of the active features on an enumerable joint, from the design matrix."""
+
+    def __init__(self, features: FeatureSet, engine: JointEngine, active: np.ndarray):
+        design = features.design(engine.variables, engine.shape)
+        self.design = np.ascontiguousarray(design[active])
+        base = (np.array(engine.fixed_log_joint(), dtype=float).ravel() if engine.fixed
+                else np.zeros(design.shape[1]))
+        base[(design[~active] > 0).any(axis=0)] = -np.inf  # cells of the features held at -inf
+        self.base = base
+
+    def _unnormalized(self, theta: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """``exp(log joint - top)`` (flat), its sum ``z`` and ``top``."""
+        log_joint = theta @ self.design + self.base
+        top = float(log_joint.max())
+        if not np.isfinite(top):
+            raise ValueError("every cell of the model has probability zero")
+        joint = np.exp(log_joint - top)
+        return joint, float(joint.sum()), top
+
+    def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
+        joint, z, top = self._unnormalized(theta)
+        return (self.design @ joint) / z, top + math.log(z)
+
+    def covariance(self, theta: np.ndarray) -> np.ndarray:
+        """Covariance of the active features (the Hessian of log Z)."""
+        joint, z, _ = self._unnormalized(theta)
+        joint /= z
+        centered = self.design - (self.design @ joint)[:, None]
+        return (centered * joint) @ centered.T

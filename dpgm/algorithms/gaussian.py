@@ -40,7 +40,16 @@ import numpy as np
 from dpgm.algorithms.result import log_iteration, parameter_change
 from dpgm.inference.triangulation import clique_tree
 
-__all__ = ["decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
+__all__ = ["SingularBlock", "decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
+
+
+class SingularBlock(ValueError):
+    """A block of the sample covariance that is not positive definite; ``indices``: its variables' positions."""
+
+    def __init__(self, indices: Sequence[int]):
+        self.indices = [int(i) for i in indices]
+        super().__init__(f"the sample covariance of variables {self.indices} is singular (collinear variables or "
+                         "fewer rows than variables); no finite MLE")
 
 
 def gaussian_loglik(covariance: np.ndarray, sample: np.ndarray, n: float) -> float:
@@ -85,24 +94,35 @@ def decomposable_precision(sample: np.ndarray, adjacency: np.ndarray) -> np.ndar
 
 def _inverse(block: np.ndarray, where: Sequence[int]) -> np.ndarray:
     try:
-        factor = np.linalg.inv(np.linalg.cholesky(block))  # fails unless positive definite
-        return factor.T @ factor
+        lower = np.linalg.cholesky(block)  # fails unless positive definite
     except np.linalg.LinAlgError:
-        raise ValueError(f"the sample covariance of variables {list(where)} is singular (collinear "
-                         "variables or fewer rows than variables); no finite MLE") from None
+        raise SingularBlock(where) from None
+    # a pivot at rounding level: an exact linear dependence that rounding left barely positive
+    pivots = np.diag(lower) ** 2 / np.diag(block)
+    if not pivots.min() > 1e3 * np.finfo(float).eps * len(where):
+        raise SingularBlock(where)
+    factor = np.linalg.inv(lower)
+    return factor.T @ factor
 
 
 def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: int = 1000, tol: float = 1e-10,
         callback: Callable[[dict], None] | None = None) -> tuple[np.ndarray, list[dict], bool, int]:
     """Covariance selection by iterative proportional scaling: ``(precision, history, converged, n_iter)``.
 
-    Stops when every clique's block of the fitted covariance is within ``tol``
-    (largest absolute difference, relative to the largest variance) of ``S``.
+    Each maximal clique ``C`` of the graph in turn, with ``B = Sigma_CC``:
+    ``K_CC += S_CC^-1 - B^-1`` (the precision keeps its zeros off the graph), and
+    ``Sigma -= W (B - S_CC) W'`` with ``W = Sigma_:C B^-1``: the Woodbury correction
+    of that change, ``(I + (S_CC^-1 - B^-1) B)^-1 (S_CC^-1 - B^-1) = B^-1 (B - S_CC)
+    B^-1``, written without a solve. O(p^2 |C|) per clique, never a p x p
+    inversion inside a sweep; the covariance is inverted afresh from the precision
+    once a sweep (no drift). Stops when every clique's block of the fitted covariance
+    is within ``tol`` (largest absolute difference, relative to the largest
+    variance) of ``S``.
     Each sweep's record has ``param_change``: the largest absolute change of a
     precision entry in the sweep.
     """
-    cliques = maximal_cliques(adjacency)
-    targets = [_inverse(sample[np.ix_(c, c)], c) for c in cliques]
+    cliques = [np.asarray(c) for c in maximal_cliques(adjacency)]
+    plan = [(c, np.ix_(c, c), _inverse(sample[np.ix_(c, c)], c), sample[np.ix_(c, c)]) for c in cliques]
     precision = np.diag(1.0 / np.diag(sample))
     covariance = np.diag(np.diag(sample))
     scale = float(np.max(np.diag(sample)))
@@ -113,15 +133,16 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
     for iteration in range(1, max_iter + 1):
         error = 0.0
         before = precision.copy()
-        for clique, target in zip(cliques, targets, strict=True):
-            index = np.ix_(clique, clique)
-            block = covariance[index]
-            error = max(error, float(np.abs(block - sample[index]).max()) / scale)
-            change = target - np.linalg.inv(block)
-            precision[index] += change
-            # Woodbury: (K + U D U')^-1 = Sigma - Sigma U (I + D Sigma_CC)^-1 D U' Sigma, O(p^2 |C|), not O(p^3)
+        for clique, index, target, block_sample in plan:
             columns = covariance[:, clique]
-            covariance -= columns @ np.linalg.solve(np.eye(len(clique)) + change @ block, change) @ columns.T
+            block = columns[clique]
+            difference = block - block_sample
+            error = max(error, float(np.abs(difference).max()))
+            inverse = np.linalg.inv(block)
+            precision[index] += target - inverse
+            w = columns @ inverse
+            covariance -= (w @ difference) @ w.T
+        error /= scale
         precision = (precision + precision.T) / 2
         covariance = np.linalg.inv(precision)  # once a sweep: no drift from the rank updates
         log_iteration(history, callback, {

@@ -80,24 +80,31 @@ def gis(
     start = time.perf_counter()
     converged = False
     step = 0
-    zero = empirical <= 0
+    # a feature never seen has its weight at -inf (its cells at zero, its expectation exactly 0):
+    # the iterations run on the others
+    active = empirical > 0
+    evaluate = features.expectations_at(engine, active)
+    target = empirical[active]
+    theta = theta[active]
+    log_target = np.log(target)
     previous = None
-    for step in range(1, max_iter + 1):
-        effective = np.where(zero, -np.inf, theta - theta_slack)
-        change = None if previous is None else parameter_change(previous, effective)
-        previous = effective
-        marginals, log_z = engine(features.log_potentials(effective), features.scopes)
-        expected = features.expectations(marginals)
-        error = float(np.abs(expected - empirical).max())
-        loglik = n * (float(np.dot(np.where(zero, 0.0, effective), empirical)) - log_z)
-        log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
-                                           "param_change": change, "seconds": time.perf_counter() - start})
-        if error < tol:
-            converged = True
-            break
-        with np.errstate(divide="ignore"):
-            theta = theta + np.where(zero, 0.0, np.log(np.where(zero, 1.0, empirical) / expected)) / c
-        slack_expected = c - float(expected.sum())
-        if slack_empirical > 0 and slack_expected > 0:
-            theta_slack += np.log(slack_empirical / slack_expected) / c
-    return np.where(zero, -np.inf, theta - theta_slack), history, converged, step
+    with np.errstate(divide="ignore"):  # an expectation that underflows to 0 sends its weight to +inf
+        for step in range(1, max_iter + 1):
+            effective = theta - theta_slack
+            change = None if previous is None else parameter_change(previous, effective)
+            previous = effective
+            expected, log_z = evaluate(effective)
+            error = float(np.abs(expected - target).max()) if expected.size else 0.0
+            loglik = n * (float(effective @ target) - log_z)
+            log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
+                                               "param_change": change, "seconds": time.perf_counter() - start})
+            if error < tol:
+                converged = True
+                break
+            theta = theta + (log_target - np.log(expected)) / c
+            slack_expected = c - float(expected.sum())
+            if slack_empirical > 0 and slack_expected > 0:
+                theta_slack += np.log(slack_empirical / slack_expected) / c
+    out = np.full(features.n_features, -np.inf)
+    out[active] = theta - theta_slack
+    return out, history, converged, step

@@ -46,6 +46,7 @@ class _Objective:
         self.full_empirical = empirical
         empirical = empirical[self.active]
         self.features, self.empirical, self.engine = features, empirical, engine
+        self.evaluate = features.expectations_at(engine, self.active)
         self.l2, self.l1, self.n = l2, l1, n
         self.history: list[dict] = []
         self.callback = callback
@@ -59,12 +60,18 @@ class _Objective:
         return out
 
     def smooth(self, theta: np.ndarray) -> tuple[float, np.ndarray, float]:
-        marginals, log_z = self.engine(self.features.log_potentials(self.full(theta)), self.features.scopes)
-        expected = self.features.expectations(marginals)[self.active]
+        expected, log_z = self.evaluate(theta)
         mean_loglik = float(theta @ self.empirical) - log_z
         value = -mean_loglik + 0.5 * self.l2 * float(theta @ theta)
         gradient = expected - self.empirical + self.l2 * theta
         return value, gradient, mean_loglik
+
+    def covariance(self, theta: np.ndarray) -> np.ndarray:
+        """Covariance of the active features at ``theta`` (the Hessian of log Z; an enumerable joint)."""
+        if hasattr(self.evaluate, "covariance"):
+            return self.evaluate.covariance(theta)
+        _, covariance = self.features.joint_covariance(self.engine, self.full(theta))
+        return covariance[np.ix_(self.active, self.active)]
 
     def record(self, theta: np.ndarray, value: float, gradient: np.ndarray, mean_loglik: float) -> dict:
         objective = value + self.l1 * float(np.abs(theta).sum())
@@ -169,8 +176,7 @@ def _newton_iterations(problem: _Objective, theta: np.ndarray, max_iter: int, to
         if float(np.abs(gradient).max()) < tol:
             converged = True
             break
-        _, covariance = problem.features.joint_covariance(problem.engine, problem.full(theta))
-        covariance = covariance[np.ix_(problem.active, problem.active)]
+        covariance = problem.covariance(theta)
         hessian = covariance + problem.l2 * np.eye(len(theta))
         direction = -np.linalg.lstsq(hessian, gradient, rcond=1e-12)[0]
         theta = theta + _newton_step_size(problem, theta, direction, value, gradient) * direction

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,14 +28,18 @@ __all__ = ["IPFState", "ipf"]
 Engine = Callable[[Mapping[Scope, np.ndarray], Sequence[Scope]], tuple[dict[Scope, np.ndarray], float]]
 
 
+@dataclass(frozen=True)
 class IPFState:
-    """Outcome of :func:`ipf`: log potentials, history and convergence."""
+    """Outcome of :func:`ipf` and :func:`~dpgm.algorithms.tree_ipf.tree_ipf`: log potentials, history and
+    convergence; tree IPF adds the final log Z and its junction tree's width and total table size."""
 
-    def __init__(self, log_potentials, history, converged, n_iter):
-        self.log_potentials = log_potentials
-        self.history = history
-        self.converged = converged
-        self.n_iter = n_iter
+    log_potentials: dict
+    history: list
+    converged: bool
+    n_iter: int
+    log_z: float | None = None
+    width: int | None = None
+    total_table_size: int | None = None
 
 
 def _log_ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ __all__ = ["IRLSNode", "IRLSResult", "irls", "solve_normal_equations"]
 MAX_HALVINGS = 30
 
 
-@dataclass
+@dataclass(frozen=True)
 class IRLSResult:
     """What :func:`irls` returns: coefficients, the statistics of the pass at them, and the run."""
 

@@ -47,6 +47,7 @@ class JointEngine:
         self.variables = tuple(variables)
         self.shape = tuple(int(cardinalities[v]) for v in self.variables)
         self.fixed = dict(fixed or {})
+        self._fixed_log_joint: np.ndarray | None = None
         cells = math.prod(self.shape)
         if cells > MAX_JOINT_CELLS:
             raise ValueError(f"the joint table has {cells} cells, more than {MAX_JOINT_CELLS}; use a junction tree")
@@ -57,6 +58,13 @@ class JointEngine:
         for scope, table in [*log_potentials.items(), *self.fixed.items()]:
             total = total + expand(table, scope, self.variables)
         return total
+
+    def fixed_log_joint(self) -> np.ndarray:
+        """The fixed tables' log joint, summed once (read-only)."""
+        if self._fixed_log_joint is None:
+            self._fixed_log_joint = self.log_joint({})
+            self._fixed_log_joint.setflags(write=False)
+        return self._fixed_log_joint
 
     def zeros(self) -> np.ndarray | None:
         """Boolean joint of the cells the fixed tables hold at zero (None without fixed tables)."""

@@ -17,6 +17,7 @@ iterative proportional fitting procedure. *Comput. Statist. Data Anal.* 19, 177-
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -24,12 +25,15 @@ import numpy as np
 
 from dpgm.algorithms.ipf import IPFState, _log_ratio
 from dpgm.algorithms.result import log_iteration, parameter_change
-from dpgm.algorithms.tables import loglik_from_potentials
+from dpgm.algorithms.tables import JointEngine, loglik_from_potentials
 from dpgm.inference.batched import BatchedTree
 from dpgm.inference.triangulation import build_tree
 from dpgm.potentials import Scope, expand, reduce_to
 
 __all__ = ["tree_ipf"]
+
+# models with at most this many joint cells start from the enumerated joint's clique marginals
+JOINT_START_CELLS = 1 << 12
 
 
 class _HuginTree:
@@ -37,10 +41,16 @@ class _HuginTree:
         fixed = list((fixed or {}).items())
         self.structure = structure if structure is not None else build_tree(
             variables, cards, [*scopes, *(s for s, _ in fixed)])
-        factors = [(s, np.exp(log_potentials[s])) for s in scopes] + [(s, np.exp(t)) for s, t in fixed]
-        tree = BatchedTree(variables, cards, factors, self.structure)
-        self.log_z, clique_tables = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
-        self.beliefs = [np.array(clique_tables[c], dtype=float) for c in self.structure.cliques]
+        if math.prod(cards[v] for v in variables) <= JOINT_START_CELLS:
+            # a small joint is cheaper to enumerate than a tree's compiled layout and einsum plans
+            engine = JointEngine(variables, cards, fixed=dict(fixed))
+            joint, self.log_z = engine({s: log_potentials[s] for s in scopes}, self.structure.cliques)
+            self.beliefs = [np.array(joint[c], dtype=float) for c in self.structure.cliques]
+        else:
+            factors = [(s, np.exp(log_potentials[s])) for s in scopes] + [(s, np.exp(t)) for s, t in fixed]
+            tree = BatchedTree(variables, cards, factors, self.structure)
+            self.log_z, clique_tables = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
+            self.beliefs = [np.array(clique_tables[c], dtype=float) for c in self.structure.cliques]
         self.separators = {c: self._project(c, self.structure.parent[c])
                            for c in range(len(self.structure.cliques)) if self.structure.parent[c] >= 0}
 
@@ -165,11 +175,8 @@ def tree_ipf(
         if error < tol or (loglik_tol > 0 and change is not None and abs(change) <= loglik_tol * abs(loglik)):
             converged = True
             break
-    state = IPFState(log_potentials, history, converged, iteration)
-    state.log_z = hugin.log_z
-    state.width = structure.width
-    state.total_table_size = structure.total_table_size
-    return state
+    return IPFState(log_potentials, history, converged, iteration, log_z=hugin.log_z, width=structure.width,
+                    total_table_size=structure.total_table_size)
 
 
 def grid_scopes(rows: int, columns: int) -> list[tuple[str, str]]:

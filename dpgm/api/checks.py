@@ -12,7 +12,7 @@ from dpgm.algorithms.goodness import MAX_SATURATED_CELLS
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
-from dpgm.stats.counts import Counts, counts
+from dpgm.stats.counts import Counts, count_arrays
 
 
 def data_states(data: xr.Dataset | xr.DataArray) -> dict[str, tuple[str, ...]]:
@@ -36,8 +36,8 @@ def check_variables(variables: Sequence[str], model_states: dict, data_states: d
             )
 
 
-def complete_counts(data, scopes, client, progress) -> Counts:
-    tables = counts(data, scopes, client=client, progress=progress)
+def complete_counts(data, scopes, client, progress, labelled: bool = True) -> Counts:
+    tables = count_arrays(data, scopes, client=client, progress=progress, labelled=labelled)
     incomplete = {s: m for s, m in tables.n_missing.items() if m}
     if incomplete:
         scope, missing = next(iter(incomplete.items()))
@@ -401,7 +401,7 @@ def check_zero_cells_empty(zeros: xr.DataArray | None, tables) -> None:
     if zeros is None:
         return
     scope = tuple(map(str, zeros.dims))
-    observed = np.asarray(tables[scope].values, dtype=float)
+    observed = np.asarray(tables[scope], dtype=float)
     inside = observed[zeros.values]
     if inside.sum() > 0:
         cell = np.argwhere(zeros.values & (observed > 0))[0]
@@ -413,8 +413,9 @@ def check_zero_cells_empty(zeros: xr.DataArray | None, tables) -> None:
 
 
 def counts_with_zeros(data, scopes: list, zeros: xr.DataArray | None, client, progress):
-    """Complete-data counts of ``scopes`` and, in the same pass, of the zeros' scope (checked empty)."""
+    """Complete-data counts (plain arrays) of ``scopes`` and, in the same pass, of the zeros' scope (checked
+    empty)."""
     extra = [tuple(map(str, zeros.dims))] if zeros is not None else []
-    tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress)
+    tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress, labelled=False)
     check_zero_cells_empty(zeros, tables)
     return tables

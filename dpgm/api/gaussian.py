@@ -7,7 +7,13 @@ import math
 import numpy as np
 import xarray as xr
 
-from dpgm.algorithms.gaussian import decomposable_precision, gaussian_loglik, graphical_lasso, ips
+from dpgm.algorithms.gaussian import (
+    SingularBlock,
+    decomposable_precision,
+    gaussian_loglik,
+    graphical_lasso,
+    ips,
+)
 from dpgm.algorithms.result import FitResult
 from dpgm.api.results import fit_result
 from dpgm.errors import DataError
@@ -44,12 +50,18 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
     sample = stats.covariance.values
     history: list[dict] = []
     converged, n_iter = True, 0
-    if method == "closed_form":
-        precision = decomposable_precision(sample, model.adjacency)
-    elif method == "ipf":
-        precision, history, converged, n_iter = ips(sample, model.adjacency, n=n, max_iter=max_iter, tol=tol,
-                                                    callback=callback)
-    else:
+    try:
+        if method == "closed_form":
+            precision = decomposable_precision(sample, model.adjacency)
+        elif method == "ipf":
+            precision, history, converged, n_iter = ips(sample, model.adjacency, n=n, max_iter=max_iter, tol=tol,
+                                                        callback=callback)
+    except SingularBlock as error:
+        names = [model.variables[i] for i in error.indices]
+        raise DataError(f"the sample covariance of {names} is singular (a variable is a linear function of the "
+                        f"others, or constant); no finite MLE for method={method!r}: drop a variable of {names}, "
+                        "or fit method='glasso' (penalised)") from None
+    if method == "glasso":
         complete = model.adjacency.sum() == p * (p - 1)  # a complete graph forces no zeros
         precision, history, converged, n_iter = graphical_lasso(
             sample, float(alpha), adjacency=None if complete else model.adjacency, n=n, max_iter=max_iter,

@@ -15,12 +15,11 @@ from dpgm.api.checks import (
     saturated_scope,
     structural_zeros_for,
 )
-from dpgm.api.log_linear import fit_log_linear
+from dpgm.api.log_linear import fit_features
 from dpgm.api.results import fit_result
 from dpgm.inference.triangulation import build_tree
-from dpgm.models.log_linear import LogLinearModel, hierarchical_free_parameters
+from dpgm.models.log_linear import hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
-from dpgm.potentials import reduce_to
 
 _MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
 
@@ -44,14 +43,14 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     if method == "closed_form" and zeros is not None:
         raise ValueError("closed_form does not take structural zeros; use method='ipf'")
     if method in ("gis", "lbfgs", "newton"):
-        hierarchical = LogLinearModel.from_margins(scopes, {v: model.states[v] for v in model.variables})
-        result = fit_log_linear(hierarchical, data, method, tol=tol, max_iter=max_iter, client=client,
-                                 progress=progress, callback=callback, l1=l1, l2=l2,
-                                 structural_zeros=zeros, goodness_of_fit=goodness_of_fit)
-        log_potentials = {k: v.values for k, v in result.model.log_potentials().items()}
-        result.model = model.with_structural_zeros(zeros).with_log_potentials(
-            {s: _align(log_potentials, s) for s in scopes})
-        return result
+        # one indicator feature per cell of each scope, as LogLinearModel.from_margins, without its labels
+        features = FeatureSet.indicators({s: model.potentials[s].shape for s in scopes})
+        fitted = model.with_structural_zeros(zeros)
+        return fit_features(features, np.zeros(features.n_features),
+                            lambda theta: fitted.with_log_potentials(features.log_potentials(theta)), data, method,
+                            model.variables, states, zeros, hierarchical_free_parameters(scopes, model.states),
+                            tol=tol, max_iter=max_iter, client=client, progress=progress, callback=callback,
+                            l1=l1, l2=l2, goodness_of_fit=goodness_of_fit)
     offsets = zero_offsets(zeros)
     cards = {v: model.cardinality(v) for v in model.variables}
     # the junction tree before the pass: a model too dense for exact IPF is refused (TreeTooLarge)
@@ -60,7 +59,7 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     tables = counts_with_zeros(data, list(scopes) + ([saturated] if saturated else []), zeros, client, progress)
     n = float(tables.n_rows)
-    counts = {s: np.asarray(tables[s].values, dtype=float) for s in scopes}
+    counts = {s: np.asarray(tables[s], dtype=float) for s in scopes}
     with np.errstate(divide="ignore"):
         init = {s: np.log(model.potentials[s].values) for s in scopes}
     if method == "closed_form":
@@ -82,13 +81,8 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
         # one indicator per margin cell, as LogLinearModel.from_margins (only the design's rank is used)
         features = FeatureSet.indicators({s: counts[s].shape for s in scopes})
         goodness = saturated_goodness_of_fit(features, engine, {s: log_potentials[s] for s in scopes},
-                                             tables[saturated].values, saturated, n_params)
+                                             tables[saturated], saturated, n_params)
     return fit_result(fitted, method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
                       converged=converged, n_iter=n_iter, n_rows=n, n_params=n_params, history=history,
                       goodness=goodness)
 
-
-def _align(log_potentials: dict, scope: tuple[str, ...]) -> np.ndarray:
-    """The log table of ``scope`` from tables keyed by the same variables in canonical order."""
-    key = next(k for k in log_potentials if set(k) == set(scope))
-    return reduce_to(log_potentials[key], key, scope)

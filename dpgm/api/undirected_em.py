@@ -42,13 +42,14 @@ class UndirectedEM:
 
     def estep(self, parameters, iteration, rows=None):
         from dpgm.cluster import iteration_span
-        from dpgm.inference.batched import BatchedTree
+        from dpgm.inference.scope_enumeration import ScopeEnumeration
         from dpgm.stats.expected import expected_counts
 
         variables = self.model.variables
-        trees = [BatchedTree(variables, self.cards,
-                             [(s, np.exp(t)) for s, t in self.log_tables(p).items()] + self.fixed_factors,
-                             self.structure)
+        # rows whose unobserved groups are cheap to enumerate skip the tree (ScopeEnumeration)
+        trees = [ScopeEnumeration(variables, self.cards,
+                                  [(s, np.exp(t)) for s, t in self.log_tables(p).items()] + self.fixed_factors,
+                                  self.scopes, self.structure)
                  for p in parameters]
         with iteration_span("dpgm-em", iteration):
             results = expected_counts(self.data, trees, self.observed, client=self.client, progress=self.progress,

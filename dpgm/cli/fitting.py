@@ -72,7 +72,8 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         parsed = read_spec(spec)
         try:
             parsed, ds = drop_variables(parsed, ds, drop)
-            model, chosen, options = build_model(parsed, Schema.from_dataset(ds).states, method=method)
+            schema = Schema.from_dataset(ds)
+            model, chosen, options = build_model(parsed, schema.states, method=method, continuous=schema.continuous)
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
         if checkpoint:

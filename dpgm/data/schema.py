@@ -17,7 +17,6 @@ import numpy as np
 import xarray as xr
 
 from dpgm.errors import DataError
-from dpgm.potentials import labelled_table, state_index  # noqa: F401  (dpgm.models imports them from here)
 
 __all__ = ["SCHEMA_VERSION", "WEIGHT", "Schema", "Variable", "state_attrs"]
 

@@ -250,9 +250,12 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
     down = np.empty(max(1, down_index.shape[0]), dtype=np.int64)
     down_ptr = np.empty(n + 1, dtype=np.int64)
     sep_capacity = sep_offset[-1] + n
-    work = np.empty((capacity, block))
-    sep = np.empty((sep_capacity, block))
-    scratch = np.empty((sep_capacity, block))
+    work_flat = np.empty(capacity * block)  # with one row per block, the 1-D kernel runs on contiguous arrays
+    sep_flat = np.empty(sep_capacity * block)
+    scratch_flat = np.empty(sep_capacity * block)
+    work = work_flat.reshape((capacity, block))
+    sep = sep_flat.reshape((sep_capacity, block))
+    scratch = scratch_flat.reshape((sep_capacity, block))
     total = np.empty(block)
     log_total = np.empty(block)
     state = np.full(card.shape[0], -1, dtype=np.int64)
@@ -273,8 +276,12 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
             _load_compact(work, base, codes, b0, rows, observed_var, compact, state, n, grid_ptr, grid_var,
                           grid_stride, table_offset, free_ptr, free, var_offset, var_state, var_home, starts)
             if rows == 1:
-                log_total[0] = _propagate_row(work[:, 0], sep[:, 0], scratch[:, 0], order, parent, free_ptr, sep_ptr,
-                                              up, down, down_ptr)
+                if block == 1:
+                    log_total[0] = _propagate_row(work_flat, sep_flat, scratch_flat, order, parent, free_ptr, sep_ptr,
+                                                  up, down, down_ptr)
+                else:
+                    log_total[0] = _propagate_row(work[:, 0], sep[:, 0], scratch[:, 0], order, parent, free_ptr,
+                                                  sep_ptr, up, down, down_ptr)
                 if log_total[0] == -np.inf:
                     for k in range(free_ptr[n]):
                         work[k, 0] = 0.0

@@ -9,7 +9,7 @@ import networkx as nx
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import state_index
+from dpgm.potentials import state_index
 
 __all__ = ["BayesianNetwork"]
 

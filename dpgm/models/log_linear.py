@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import labelled_table
 from dpgm.models.saving import pop_zeros, zeros_table
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
+from dpgm.potentials import labelled_table
 
 __all__ = ["LogLinearModel", "hierarchical_free_parameters"]
 
@@ -73,6 +73,17 @@ class LogLinearModel:
         self.variables: tuple[str, ...] = tuple(states)
         self.margins: list[tuple[str, ...]] | None = None
         self.structural_zeros = check_structural_zeros(structural_zeros, self.variables, states)
+        self._stacked: tuple | None = None
+
+    def _copy(self, weights: Mapping[str, float], structural_zeros: xr.DataArray | None) -> LogLinearModel:
+        """A copy sharing this model's (already checked) features, labels and stacked features."""
+        model = object.__new__(LogLinearModel)
+        model.features, model.states, model.variables = self.features, self.states, self.variables
+        model.weights = dict(weights)
+        model.margins = self.margins
+        model.structural_zeros = structural_zeros
+        model._stacked = self._stacked
+        return model
 
     @classmethod
     def from_margins(
@@ -114,6 +125,10 @@ class LogLinearModel:
     def stacked_features(self) -> tuple[dict[tuple[str, ...], np.ndarray], list[str]]:
         """Features stacked per scope, ``scope -> (k_S, *shape_S)``, and the feature names in that order
         (what :func:`dpgm.algorithms.features.feature_set` fits with)."""
+        key = tuple((name, id(table)) for name, table in self.features.items())
+        cached = self._stacked
+        if cached is not None and cached[0] == key:  # copies share the features and this stacking
+            return cached[1], list(cached[2])
         grouped: dict[tuple[str, ...], list[str]] = {}
         for name, table in self.features.items():
             grouped.setdefault(self._canonical(table), []).append(name)
@@ -121,6 +136,7 @@ class LogLinearModel:
         for scope, names in grouped.items():
             tables[scope] = np.stack([self.features[n].transpose(*scope).values for n in names])
             order += names
+        self._stacked = (key, tables, tuple(order))
         return tables, order
 
     def theta(self, order: Sequence[str]) -> np.ndarray:
@@ -129,16 +145,15 @@ class LogLinearModel:
 
     def with_weights(self, order: Sequence[str], theta: np.ndarray) -> LogLinearModel:
         """A copy with new weights."""
-        model = LogLinearModel(self.features, dict(zip(order, map(float, theta), strict=True)),
-                               self.structural_zeros)
-        model.margins = self.margins
-        return model
+        weights = dict(zip(order, map(float, theta), strict=True))
+        unknown = sorted(set(weights) - set(self.features))
+        if unknown:
+            raise ValueError(f"weights for unknown features {unknown}; features: {sorted(self.features)}")
+        return self._copy({n: weights.get(n, 0.0) for n in self.features}, self.structural_zeros)
 
     def with_structural_zeros(self, structural_zeros: xr.DataArray | None) -> LogLinearModel:
         """A copy with the given structural-zero pattern (``None`` removes it)."""
-        model = LogLinearModel(self.features, self.weights, structural_zeros)
-        model.margins = self.margins
-        return model
+        return self._copy(self.weights, check_structural_zeros(structural_zeros, self.variables, self.states))
 
     def log_potentials(self) -> dict[tuple[str, ...], xr.DataArray]:
         """``sum_i theta_i f_i`` per scope, labelled."""

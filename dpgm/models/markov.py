@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import state_index
 from dpgm.models.saving import pop_zeros, zeros_table
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
+from dpgm.potentials import labelled_table, state_index
 
 __all__ = ["MarkovNetwork"]
 
@@ -91,13 +91,26 @@ class MarkovNetwork:
         return len(self.states[variable])
 
     def with_log_potentials(self, log_potentials: Mapping[tuple[str, ...], np.ndarray]) -> MarkovNetwork:
-        """A copy whose potentials are ``exp`` of the given log tables (``-inf`` -> 0)."""
-        return MarkovNetwork({s: self.potentials[s].copy(data=np.exp(log_potentials[s])) for s in self.scopes},
-                             self.structural_zeros)
+        """A copy whose potentials are ``exp`` of the given log tables (``-inf`` -> 0), axes in scope order."""
+        tables = {}
+        for scope in self.scopes:
+            values = np.exp(np.asarray(log_potentials[scope], dtype=float))
+            if values.shape != self.potentials[scope].shape or not np.isfinite(values).all():
+                raise ValueError(f"the log potential on {scope!r} must be an array of shape "
+                                 f"{self.potentials[scope].shape} below +inf")
+            tables[scope] = labelled_table(values, scope, self.states)
+        return self._copy(tables, self.structural_zeros)
 
     def with_structural_zeros(self, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
         """A copy with the given structural-zero pattern (``None`` removes it)."""
-        return MarkovNetwork(self.potentials, structural_zeros)
+        return self._copy(self.potentials, check_structural_zeros(structural_zeros, self.variables, self.states))
+
+    def _copy(self, potentials: dict, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
+        """A copy with checked potentials (axes in scope order) and a checked zero pattern."""
+        model = object.__new__(MarkovNetwork)
+        model.potentials, model.states, model.variables = dict(potentials), self.states, self.variables
+        model.structural_zeros = structural_zeros
+        return model
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
-from dpgm.data.schema import labelled_table
+from dpgm.potentials import labelled_table
 
 __all__ = ["check_structural_zeros", "merge_structural_zeros", "zeros_factors", "zeros_log_factor"]
 

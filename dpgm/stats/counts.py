@@ -23,7 +23,7 @@ from dpgm.stats.kernels import CountPlan, count_chunk
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["Counts", "check_table_sizes", "counts", "maximal_scopes"]
+__all__ = ["Counts", "check_table_sizes", "count_arrays", "counts", "maximal_scopes"]
 
 
 class Counts(dict):
@@ -222,8 +222,21 @@ def counts(
     >>> tables[("a", "b")].values.tolist(), tables.n_missing[("a", "b")]
     ([[1, 0], [1, 0]], 1)
     """
+    return count_arrays(data, scopes, client=client, progress=progress, labelled=True)
+
+
+def count_arrays(
+    data: xr.Dataset | xr.DataArray,
+    scopes: Iterable[Sequence[str]],
+    *,
+    client: Client | None = None,
+    progress: bool = False,
+    labelled: bool = False,
+) -> Counts:
+    """:func:`counts` with plain NumPy tables (axes in scope order) unless ``labelled``:
+    the fitting methods read arrays, and labelling many small tables costs more than counting them."""
     if isinstance(data, xr.DataArray):
-        return _counts_from_table(data, scopes)
+        return _counts_from_table(data, scopes, labelled)
     schema = Schema.from_dataset(data)
     scopes = schema.check_scopes(scopes)
     check_table_sizes(scopes, {v: schema[v].cardinality for s in scopes for v in s})
@@ -246,7 +259,7 @@ def counts(
         scope: total["tables"][offsets[t] : offsets[t + 1]].reshape(plan.extended_shape(t))
         for t, scope in enumerate(maximal)
     }
-    return _assemble(scopes, extended, schema.states, total["rows"].item())
+    return _assemble(scopes, extended, schema.states, total["rows"].item(), labelled)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):
@@ -258,8 +271,9 @@ def _assemble(
     extended: Mapping[tuple[str, ...], np.ndarray],
     states: Mapping[str, Sequence[str]],
     n_rows: float,
+    labelled: bool = True,
 ) -> Counts:
-    """Each scope's table from a maximal superset's extended table."""
+    """Each scope's table from a maximal superset's extended table (labelled, or a plain array)."""
     result = Counts()
     result.n_rows = n_rows
     result.n_missing = {}
@@ -270,13 +284,14 @@ def _assemble(
         table = reduce_to(table, source, scope)[tuple(slice(0, len(states[v])) for v in scope)]
         counted = table.sum()
         missing = (n_rows - counted).item()
-        result[scope] = labelled_table(np.ascontiguousarray(table), scope, states,
-                                       attrs={"n_missing": missing, "n_rows": n_rows})
+        table = np.ascontiguousarray(table)
+        result[scope] = (labelled_table(table, scope, states, attrs={"n_missing": missing, "n_rows": n_rows})
+                         if labelled else table)
         result.n_missing[scope] = missing
     return result
 
 
-def _counts_from_table(table: xr.DataArray, scopes: Iterable[Sequence[str]]) -> Counts:
+def _counts_from_table(table: xr.DataArray, scopes: Iterable[Sequence[str]], labelled: bool = True) -> Counts:
     _check_table(table)
     values = np.asarray(table.values)
     if values.dtype.kind not in "iuf":
@@ -301,4 +316,4 @@ def _counts_from_table(table: xr.DataArray, scopes: Iterable[Sequence[str]]) -> 
     # a table has no missing values: pad each axis with an empty 'missing' state
     extended = np.pad(values, [(0, 1)] * values.ndim)
     total = values.sum()
-    return _assemble(checked, {tuple(dims): extended}, states, total.item())
+    return _assemble(checked, {tuple(dims): extended}, states, total.item(), labelled)

@@ -144,6 +144,45 @@ def _zero_statistics(k: int, p: int, diagonal_statistics: bool) -> dict[str, Any
             "s2": np.zeros((k, p)) if diagonal_statistics else np.zeros((k, p, p))}
 
 
+# rows per block of the complete-row kernel: a block's centred copies (one per component) stay in cache
+_BLOCK_ROWS = 4096
+
+
+def _complete_statistics(x: np.ndarray, w: np.ndarray, params: ComponentParameters, diagonal_statistics: bool,
+                         stats: dict[str, Any]) -> None:
+    """Add one block of complete rows to ``stats``: each row centred once per component, the copy serving the
+    density (one triangular product with the precision's Cholesky factor) and the weighted sums."""
+    n, p = x.shape
+    k = params.means.shape[0]
+    log_joint = np.empty((n, k))
+    centred = np.empty((k, n, p))
+    scaled = np.empty((n, p))
+    for c in range(k):
+        np.subtract(x, params.means[c], out=centred[c])
+        if params.diagonal:
+            np.multiply(centred[c], params.precision_cholesky[c], out=scaled)
+        else:
+            np.matmul(centred[c], params.precision_cholesky[c], out=scaled)
+        np.multiply(scaled, scaled, out=scaled)
+        scaled.sum(axis=1, out=log_joint[:, c])
+    log_joint *= -0.5
+    log_joint += params.log_det - 0.5 * p * _LOG_2PI + params.log_weights
+    norm = _logsumexp(log_joint)
+    stats["loglik"] += float(w @ norm)
+    log_joint -= norm[:, None]
+    resp = np.exp(log_joint, out=log_joint)
+    resp *= w[:, None]
+    stats["nk"] += resp.sum(axis=0)
+    for c in range(k):
+        r = resp[:, c]
+        stats["s1"][c] += r @ centred[c]
+        np.multiply(centred[c], r[:, None], out=scaled)
+        if diagonal_statistics:
+            stats["s2"][c] += np.einsum("ij,ij->j", scaled, centred[c])
+        else:
+            stats["s2"][c] += scaled.T @ centred[c]
+
+
 def estep_chunk(values: np.ndarray, weights: np.ndarray, restarts: Sequence[tuple[ComponentParameters, bool]]
                 ) -> dict[str, Any]:
     """The E-step statistics of one chunk (rows x variables) for every restart.
@@ -165,19 +204,9 @@ def estep_chunk(values: np.ndarray, weights: np.ndarray, restarts: Sequence[tupl
     for params, diagonal_statistics in restarts:
         k = params.means.shape[0]
         stats = _zero_statistics(k, p, diagonal_statistics)
-        if len(xc):
-            log_joint = _complete_log_density(xc, params) + params.log_weights
-            norm = _logsumexp(log_joint)
-            stats["loglik"] += float(wc @ norm)
-            resp = np.exp(log_joint - norm[:, None]) * wc[:, None]
-            stats["nk"] += resp.sum(axis=0)
-            for c in range(k):
-                centred = xc - params.means[c]
-                stats["s1"][c] += resp[:, c] @ centred
-                if diagonal_statistics:
-                    stats["s2"][c] += resp[:, c] @ (centred * centred)
-                else:
-                    stats["s2"][c] += (centred * resp[:, c, None]).T @ centred
+        for start in range(0, len(xc), _BLOCK_ROWS):
+            _complete_statistics(xc[start:start + _BLOCK_ROWS], wc[start:start + _BLOCK_ROWS], params,
+                                 diagonal_statistics, stats)
         for observed, rows in groups:
             log_density, filled = _pattern_log_density(values[rows], observed, params)
             log_joint = log_density + params.log_weights
