@@ -256,6 +256,9 @@ def em(
     if incremental:
         blocks = family.row_blocks(INCREMENTAL_BLOCKS)
         total_rows = sum(stop - begin for begin, stop in blocks)
+        # families whose M step cannot leave a zero (IPF, GIS: multiplicative updates) take the first
+        # pass's blocks at the starting parameters (a plain EM step), not a growing partial sum
+        warm = getattr(family, "incremental_full_first_pass", False)
         for _ in range(INCREMENTAL_PASSES):
             if iteration >= max_iter:
                 break
@@ -273,7 +276,8 @@ def em(
                         run.total = family.add(run.total if old is None else family.subtract(run.total, old[1]),
                                                statistics)
                     run.blocks[b] = (loglik, statistics)
-                    run.point = family.mstep(run.point, run.total)
+                    if not (warm and len(run.blocks) < len(blocks) and old is None):
+                        run.point = family.mstep(run.point, run.total)
             for i in active:
                 # the blocks' log-likelihoods were each taken at the parameters of their own block
                 report(i, sum(loglik for loglik, _ in runs[i].blocks.values()), None, runs[i].point,

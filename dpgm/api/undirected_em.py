@@ -26,6 +26,8 @@ class UndirectedEM:
     weight ``n``, additive over rows.
     """
 
+    incremental_full_first_pass = True  # IPF/GIS updates are multiplicative: a cell left at 0 stays 0
+
     def __init__(self, model, data, observed, cards, structure, fixed, client, progress, inner_iter, engine=None,
                  features=None):
         self.model, self.data, self.observed, self.cards = model, data, observed, cards
