@@ -78,15 +78,15 @@ class UndirectedEM:
     def vector(self, parameters) -> np.ndarray:
         from dpgm.algorithms.squarem import LOG_FLOOR
 
-        if not self.markov:
-            return np.asarray(parameters, dtype=float)
+        if not self.markov:  # a weight driven to -inf (a feature never seen) is held at the floor
+            return np.clip(np.asarray(parameters, dtype=float), LOG_FLOOR, -LOG_FLOOR)
         return np.maximum(np.concatenate([np.ravel(parameters[s]) for s in self.scopes]), LOG_FLOOR)
 
     def constrained(self, vector: np.ndarray, like):
         from dpgm.algorithms.squarem import LOG_FLOOR
 
         if not self.markov:
-            return vector
+            return np.where(vector <= LOG_FLOOR, -np.inf, vector)
         out, offset = {}, 0
         for s in self.scopes:
             shape = np.shape(like[s])
