@@ -333,7 +333,8 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     run.best, run.best_loglik = point, loglik
     if change is not None:
         run.last_change = change
-    if change is not None and abs(change) <= tol * abs(loglik):
+    # convergence is judged on EM steps only (an extrapolation's gain says nothing about the fixed point)
+    if kind != "extrapolated" and change is not None and abs(change) <= tol * abs(loglik):
         run.done = run.converged = True
         return
     following = family.mstep(point, statistics)
