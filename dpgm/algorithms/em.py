@@ -22,7 +22,8 @@ Options of the loop:
   with the monotonicity safeguard: an extrapolated point whose log-likelihood is
   below that of the EM step it extrapolates from is rejected and the loop goes on
   from the plain EM point. Every evaluated point costs one pass, rejected ones
-  included.
+  included; an extrapolated point's pass also gives its EM image, the first step
+  of the next cycle. Convergence is judged on EM steps only (plain EM's rule).
 * ``incremental=True``: :data:`INCREMENTAL_PASSES` passes of incremental EM (Neal
   and Hinton 1998) over blocks of whole chunks (:data:`INCREMENTAL_BLOCKS` at
   most): each block's statistics are computed in one distributed computation (one
