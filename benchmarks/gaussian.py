@@ -296,7 +296,8 @@ def covariance_selection(rows: int) -> dict:
         fit_seconds = time.perf_counter() - start
     sample = stats.covariance.values
     start = time.perf_counter()
-    _, history, converged, sweeps = ips(sample, model.adjacency, n=float(stats.n), tol=1e-10, max_iter=10_000)
+    run = ips(sample, model.adjacency, n=float(stats.n), tol=1e-10, max_iter=10_000)
+    converged, sweeps = run.converged, run.n_iter
     ips_seconds = time.perf_counter() - start
     on = model.adjacency | np.eye(p, dtype=bool)
     r, c = np.nonzero(np.triu(on))

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitResult", "information_criteria", "log_iteration", "parameter_change"]
+__all__ = ["Estimate", "FitResult", "information_criteria", "log_iteration", "parameter_change"]
 
 
 @dataclass
@@ -191,6 +191,32 @@ class FitResult:
 
     def __repr__(self) -> str:
         return f"<FitResult {self.method} loglik={self.loglik:.6g} converged={self.converged} n_iter={self.n_iter}>"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an iterative estimator on plain arrays returns (GIS, L-BFGS, Newton, proximal gradient,
+    Gaussian IPS, graphical lasso): its parameters and the run.
+
+    Attributes
+    ----------
+    parameters
+        The estimate: feature weights (``-inf`` for a feature never seen) or a precision matrix.
+    history
+        One record per iteration (see :class:`FitResult`).
+    converged
+        Whether the stopping rule was met before ``max_iter``.
+    n_iter
+        Iterations run.
+    loglik
+        Log-likelihood at ``parameters``, where the caller asked for it (else ``None``).
+    """
+
+    parameters: np.ndarray
+    history: list = field(default_factory=list)
+    converged: bool = False
+    n_iter: int = 0
+    loglik: float | None = None
 
 
 def information_criteria(loglik: float, n_params: int, n_rows: float) -> tuple[float, float]:

@@ -102,8 +102,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
             return tree_ipf(targets, model.variables, cards, init=current, max_iter=inner_iter, tol=0.0,
                             structure=structure, fixed=fixed).log_potentials
         empirical = features.expectations(targets) / n
-        theta, *_ = gis(features, empirical, engine, theta=current, max_iter=inner_iter, tol=0.0)
-        return theta
+        return gis(features, empirical, engine, theta=current, max_iter=inner_iter, tol=0.0).parameters
 
     starts = [from_model(m) for m in initial_models(model, n_init, random_state, init, randomize=_perturbed)]
     state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
