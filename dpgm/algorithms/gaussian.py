@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from dpgm.algorithms.result import Estimate, log_iteration, parameter_change
+from dpgm.algorithms.result import Estimate, log_iteration, log_step, parameter_change
 from dpgm.inference.triangulation import clique_tree
 
 __all__ = ["SingularBlock", "decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
@@ -146,13 +146,8 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
         error /= scale
         precision = (precision + precision.T) / 2
         covariance = np.linalg.inv(precision)  # once a sweep: no drift from the rank updates
-        log_iteration(history, callback, {
-            "iteration": iteration,
-            "loglik": gaussian_loglik(covariance, sample, n),
-            "max_error": error,
-            "param_change": parameter_change(before, precision),
-            "seconds": time.perf_counter() - start,
-        })
+        log_step(history, callback, start, iteration, gaussian_loglik(covariance, sample, n), error,
+                 parameter_change(before, precision))
         if error < tol:
             converged = True
             break

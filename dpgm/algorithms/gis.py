@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dpgm.algorithms.features import FeatureSet
-from dpgm.algorithms.result import Estimate, log_iteration, parameter_change
+from dpgm.algorithms.result import Estimate, log_step, parameter_change
 
 __all__ = ["gis"]
 
@@ -97,8 +97,7 @@ def gis(
             expected, log_z = evaluate(effective)
             error = float(np.abs(expected - target).max()) if expected.size else 0.0
             loglik = n * (float(effective @ target) - log_z)
-            log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
-                                               "param_change": change, "seconds": time.perf_counter() - start})
+            log_step(history, callback, start, step, loglik, error, change)
             if error < tol:
                 converged = True
                 break

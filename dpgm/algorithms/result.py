@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Estimate", "FitResult", "information_criteria", "log_iteration", "parameter_change"]
+__all__ = ["Estimate", "FitResult", "information_criteria", "log_iteration", "log_step", "parameter_change"]
 
 
 @dataclass
@@ -246,3 +247,11 @@ def log_iteration(history: list[dict], callback, record: dict) -> dict:
     if callback is not None:
         callback(record)
     return record
+
+
+def log_step(history: list[dict], callback, start: float, iteration: int, loglik: float, max_error: float,
+             param_change: float | None) -> dict:
+    """:func:`log_iteration` of a fixed-point step's record: ``iteration``, ``loglik``, ``max_error``,
+    ``param_change`` and ``seconds`` since ``start`` (a ``time.perf_counter()`` reading)."""
+    return log_iteration(history, callback, {"iteration": iteration, "loglik": loglik, "max_error": max_error,
+                                             "param_change": param_change, "seconds": time.perf_counter() - start})
