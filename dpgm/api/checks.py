@@ -157,7 +157,8 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
                         description="a folder path, an fsspec URL or fsspec.get_mapper(url, ...), or None")
     flag = InstanceOf(bool, description="True or False")
     em = stop | {"n_init": Interval(int, 1), "random_state": RandomState(), "init": OneOf(None, "random", "model"),
-                 "checkpoint": folder, "resume": folder, "persist": flag}
+                 "checkpoint": folder, "resume": folder, "persist": flag,
+                 "accelerate": OneOf(None, "squarem"), "incremental": flag, "prune_restarts": flag}
     goodness = {"goodness_of_fit": flag}
     missing = {"missing": OneOf("refuse", "listwise")}
     zeros = {"structural_zeros": _Anything("a boolean DataArray of cells fixed at zero, or None")}
@@ -209,7 +210,8 @@ DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearM
                    "HybridNetwork": "mle"}
 
 # options that do not change what a fit converges to: a checkpoint may be resumed with other values
-RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist")
+RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist", "accelerate", "incremental",
+                     "prune_restarts")
 # options every call of dpgm.fit passes (its keyword defaults): checked for their values, whatever the method
 ALWAYS_PASSED = ("tol", "max_iter")
 
