@@ -1,4 +1,5 @@
-"""Validation and statistics shared by every fit: data states, model/data agreement, complete counts."""
+"""Validation and statistics shared by every fit: data states, model/data agreement, complete counts,
+options, checkpoints, structural zeros and the tabular nodes of a hybrid network."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import xarray as xr
 from dpgm.algorithms.goodness import MAX_SATURATED_CELLS
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
+from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
 from dpgm.stats.counts import Counts, count_arrays
 
@@ -419,3 +421,14 @@ def counts_with_zeros(data, scopes: list, zeros: xr.DataArray | None, client, pr
     tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress, labelled=False)
     check_zero_cells_empty(zeros, tables)
     return tables
+
+
+def check_tabular(model: HybridNetwork, variable: str, schema: Schema) -> None:
+    """A tabular node is a categorical variable with categorical parents."""
+    if not schema[variable].categorical:
+        raise DataError("is continuous: a tabular node must be categorical; give it a GLM family "
+                        f"(families={{{variable!r}: 'gaussian'}} or 'poisson')", variable=variable)
+    continuous = [p for p in model.parents(variable) if p in schema and not schema[p].categorical]
+    if continuous:
+        raise DataError(f"has continuous parents {continuous}: a table cannot condition on them; give it a logit "
+                        f"family (families={{{variable!r}: 'bernoulli'}} or 'categorical')", variable=variable)

@@ -25,8 +25,8 @@ import xarray as xr
 
 from dpgm.algorithms.irls import solve_normal_equations
 from dpgm.algorithms.result import FitResult
-from dpgm.api.glm import GLMPlan, plan_glm
-from dpgm.api.hybrid import check_tabular
+from dpgm.api.checks import check_tabular
+from dpgm.api.glm_node import GLMPlan, plan_glm
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.glm import GLMConditional

@@ -72,8 +72,8 @@ class UndirectedEM:
             return tree_ipf(targets, self.model.variables, self.cards, init=current, max_iter=self.inner_iter,
                             tol=0.0, structure=self.structure, fixed=self.fixed).log_potentials
         empirical = self.features.expectations(targets) / n
-        theta, *_ = gis(self.features, empirical, self.engine, theta=current, max_iter=self.inner_iter, tol=0.0)
-        return theta
+        return gis(self.features, empirical, self.engine, theta=current, max_iter=self.inner_iter,
+                   tol=0.0).parameters
 
     def vector(self, parameters) -> np.ndarray:
         from dpgm.algorithms.squarem import LOG_FLOOR
