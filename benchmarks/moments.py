@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
+from benchmarks.gaussian import scipy_selection  # noqa: E402
 from benchmarks.timing import timed, timed_on_cluster  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -92,7 +93,6 @@ def moments_pass(sizes: list[int], repeats: int) -> list[dict]:
 
 
 def covariance_selection(rows: int = 200_000, p: int = 200) -> dict:
-    import scipy.optimize
 
     rng = np.random.default_rng(2)
     pairs = {(i, (i + 1) % p) for i in range(p)}
@@ -111,26 +111,7 @@ def covariance_selection(rows: int = 200_000, p: int = 200) -> dict:
     result = dpgm.fit(model, ds, method="ipf", tol=1e-10, max_iter=10_000)
     dpgm_seconds = time.perf_counter() - start
     sample = np.cov(values.T, bias=True)
-    on = model.adjacency | np.eye(p, dtype=bool)
-    r, c = np.nonzero(np.triu(on))
-
-    def objective(free):
-        k = np.zeros((p, p))
-        k[r, c] = free
-        k[c, r] = free
-        sign, log_det = np.linalg.slogdet(k)
-        if sign <= 0:
-            return np.inf, np.zeros_like(free)
-        gradient = np.where(r == c, 1.0, 2.0) * (sample - np.linalg.inv(k))[r, c]
-        return float(np.trace(sample @ k) - log_det), gradient
-
-    start = time.perf_counter()
-    best = scipy.optimize.minimize(objective, np.diag(1 / np.diag(sample))[r, c], jac=True, method="L-BFGS-B",
-                                   options={"gtol": 1e-12, "ftol": 0, "maxiter": 20_000, "maxcor": 50})
-    scipy_seconds = time.perf_counter() - start
-    k = np.zeros((p, p))
-    k[r, c] = best.x
-    k[c, r] = best.x
+    k, best, scipy_seconds = scipy_selection(sample, model.adjacency)
     row = {"part": "covariance selection", "variables": p, "edges": len(pairs), "rows": rows,
            "dpgm_seconds": dpgm_seconds, "sweeps": result.n_iter, "scipy_seconds": scipy_seconds,
            "scipy_iterations": int(best.nit),

@@ -25,6 +25,8 @@ started once and alive side by side, N's cases interleaved between them):
   ``/proc/self/status``, reset before the N's passes by writing ``5`` to
   ``/proc/self/clear_refs``.
 
+Around each pass the workers' CPU seconds (``time.process_time`` through ``client.run``)
+are read: the work done, whatever share of the cores a shared machine gives.
 Each timing goes through :func:`benchmarks.timing.timed_on_cluster` (a run starts once
 the scheduler has forgotten the previous run's keys). Before the timings both
 clusters run the EM and counting passes once on the smallest store (numba
@@ -150,13 +152,27 @@ def _floor(ds, client, repeats: int) -> dict:
             "chunks": arrays.n_chunks, "tree_levels": n_tree_levels(arrays.n_chunks, 8)}
 
 
+def _worker_cpu() -> float:
+    return time.process_time()
+
+
+def _cpu_of(client, repeats: int, measure) -> tuple[float, float]:
+    """``measure()``'s median seconds and the workers' CPU seconds per repeat (all worker processes,
+    all their threads: ``time.process_time`` read through ``client.run`` before and after)."""
+    before = client.run(_worker_cpu)
+    seconds = measure()
+    after = client.run(_worker_cpu)
+    return seconds, sum(after[k] - before[k] for k in after) / repeats
+
+
 def _case(client, path: Path, truth, model, families, repeats: int) -> dict:
     ds = dpgm.open_dataset(path)
     latent_free = ds.drop_vars(LATENT)
     pids = client.run(_reset_peak)
     before = client.run(_memory_mb)
     out = {"workers": len(pids)}
-    out["counts_s"], _ = timed_on_cluster(client, lambda: dpgm.counts(ds, families, client=client), repeats)
+    out["counts_s"], out["counts_cpu_s"] = _cpu_of(client, repeats, lambda: timed_on_cluster(
+        client, lambda: dpgm.counts(ds, families, client=client), repeats)[0])
     seeds = iter(range(10**6))
     passes = []
 
@@ -166,9 +182,16 @@ def _case(client, path: Path, truth, model, families, repeats: int) -> dict:
         passes.append(result.passes)
         return result
 
-    out["em_s"], _ = timed_on_cluster(client, em, repeats)
+    out["em_s"], out["em_cpu_s"] = _cpu_of(client, repeats, lambda: timed_on_cluster(client, em, repeats)[0])
     out["em_passes"] = passes[-1]
-    out.update(_floor(latent_free, client, repeats))
+    floor_cpu = {}
+
+    def floor():
+        floor_cpu.update(_floor(latent_free, client, repeats))
+        return floor_cpu["floor_s"]
+
+    _, out["floor_cpu_s"] = _cpu_of(client, repeats, floor)
+    out.update(floor_cpu)
     after = client.run(_memory_mb)
     out["rss_before_mb"] = [m["VmRSS"] for m in before.values()]
     out["peak_rss_mb"] = [m["VmHWM"] for m in after.values()]
@@ -244,7 +267,10 @@ def projection(record: dict, rows: float = 1e10, workers: int = 100, split_every
         compute = out["chunks_per_worker"] * per_chunk
         scheduler = chunks * (1 + 1 / (split_every - 1)) * task_s
         cpu = record.get("worker_cpu_1e8")
-        busy = sum(cpu["1"]["cpu_s"]) / cpu["1"]["wall_s"] if cpu else 1.0
+        if f"{kind}_cpu_s" in one:  # the pass's own worker CPU seconds
+            busy = one[f"{kind}_cpu_s"] / one[f"{kind}_s"]
+        else:
+            busy = sum(cpu["1"]["cpu_s"]) / cpu["1"]["wall_s"] if cpu else 1.0
         out[kind] = {"per_chunk_s": per_chunk, "compute_s": compute, "scheduler_s": scheduler,
                      "tree_s": depth * task_s,
                      "total_s": out["graph_build_s"] + max(compute, scheduler) + depth * task_s,
@@ -328,6 +354,26 @@ def report(record: dict, out: str) -> None:
             cells += [f"{(c['em_s'] / n) / (c0['em_s'] / sizes[0]):.2f}",
                       f"{(c['counts_s'] / n) / (c0['counts_s'] / sizes[0]):.2f}"]
         lines.append(f"| {n:.2e} | " + " | ".join(cells) + " |")
+    if all("em_cpu_s" in c for c in record["cases"]):
+        lines += ["", "## Worker CPU seconds per pass (same run)", "",
+                  "Sum over the cluster's worker processes of `time.process_time()` (all threads) across "
+                  "each pass: the work done, whatever share of the cores the shared machine gave. "
+                  "2w/1w = CPU seconds of 2 workers / of 1 worker for the same pass (1 = no parallel "
+                  "overhead; the projected speed-up on idle cores is 2 / that).", "",
+                  "| N | workers | counts CPU s | counts rows/s per core | EM CPU s | EM rows/s per core "
+                  "| floor CPU s | EM CPU 2w/1w | counts CPU 2w/1w |", "|---|---|---|---|---|---|---|---|---|"]
+        for n in sizes:
+            for w in workers:
+                c = by.get((n, w))
+                if c is None:
+                    continue
+                ratio = ["-", "-"]
+                if w == 2 and (n, 1) in by:
+                    ratio = [f"{c['em_cpu_s'] / by[(n, 1)]['em_cpu_s']:.2f}",
+                             f"{c['counts_cpu_s'] / by[(n, 1)]['counts_cpu_s']:.2f}"]
+                lines.append(f"| {n:.2e} | {w} | {c['counts_cpu_s']:.2f} | {n / c['counts_cpu_s']:.3g} | "
+                             f"{c['em_cpu_s']:.2f} | {n / c['em_cpu_s']:.3g} | {c['floor_cpu_s']:.2f} | "
+                             f"{ratio[0]} | {ratio[1]} |")
     cpu = record.get("worker_cpu_1e8")
     if cpu:
         one, two = sum(cpu["1"]["cpu_s"]), sum(cpu["2"]["cpu_s"])
@@ -360,7 +406,7 @@ def report(record: dict, out: str) -> None:
               "seconds = graph build + max(chunks per worker x per-chunk, all tasks x scheduler) "
               "+ depth x one task.", "",
               "The last column takes the per-chunk cost at the CPU share the worker actually had "
-              "(CPU seconds / wall seconds of the 1-worker 1e8 case, section above), i.e. a worker with "
+              "(worker CPU seconds / wall seconds of the 1-worker pass at the largest N), i.e. a worker with "
               "a core of its own; the scheduler's per-task cost is kept as measured under load.", "",
               "| pass | per chunk s | compute s | scheduler s | tree s | estimate s (as measured) "
               "| estimate s (a core per worker) |", "|---|---|---|---|---|---|---|"]

@@ -8,7 +8,10 @@ The layer contracts themselves are checked by ``lint-imports`` (import-linter, `
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
+import importlib
+import inspect
 import sys
 import tomllib
 from pathlib import Path
@@ -163,3 +166,28 @@ def test_fit_results_and_convergence_warnings_are_made_in_one_place():
                 warners.add(name)
     assert makers == {"dpgm.api.results"}, f"modules building a FitResult: {sorted(makers)}"
     assert warners == {"dpgm.api.results"}, f"modules naming ConvergenceWarning: {sorted(warners)}"
+
+
+ITERATIVE_ALGORITHMS = {
+    "dpgm.algorithms.gis": ["gis"],
+    "dpgm.algorithms.gradient": ["lbfgs", "newton", "proximal_gradient"],
+    "dpgm.algorithms.weights": ["fit_weights"],
+    "dpgm.algorithms.gaussian": ["ips", "graphical_lasso"],
+    "dpgm.algorithms.ipf": ["ipf"],
+    "dpgm.algorithms.tree_ipf": ["tree_ipf"],
+    "dpgm.algorithms.irls": ["irls"],
+}
+
+
+def test_each_iterative_algorithm_returns_a_frozen_result_type():
+    """No tuple or dict: every iterative algorithm is annotated to return a frozen dataclass."""
+    loose = []
+    for module_name, names in ITERATIVE_ALGORITHMS.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            function = getattr(module, name)
+            annotation = inspect.signature(function).return_annotation
+            kind = eval(annotation, vars(module)) if isinstance(annotation, str) else annotation
+            if not (dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen):
+                loose.append(f"{module_name}.{name} -> {annotation}")
+    assert not loose, f"algorithms without a frozen result type: {loose}"

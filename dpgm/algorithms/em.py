@@ -1,136 +1,370 @@
 """The EM loop: one E step (one pass over the data) per iteration for all restarts at once.
 
-The loop is independent of the model: ``estep(models, iteration) -> [(loglik, statistics)]``
-runs one distributed pass computing every active restart's expected statistics
-together, and ``mstep(model, statistics) -> model`` updates one restart on the
-driver. "Model" is whatever the two functions exchange: a labelled model, or
-raw parameter arrays with ``to_model`` / ``from_model`` converting at the edges
-(checkpoints, resume and the result), so the loop itself builds no labels. Each
-iteration's log-likelihood is that of the parameters the E step used; the model
-returned is the one whose log-likelihood is reported.
+The loop is independent of the model: it talks to one :class:`EMFamily` per model
+kind (as dask-glm's solvers talk to a family), whose ``estep(parameters, iteration)``
+runs one distributed pass computing every active restart's log-likelihood and
+expected statistics together, and whose ``mstep(parameters, statistics)`` updates
+one restart on the driver. "Parameters" are whatever the two exchange (raw arrays);
+``to_model`` / ``from_model`` convert at the edges (checkpoints, resume and the
+result), so the loop itself builds no labels.
 
-Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|``. A converged
-restart leaves the pass; the loop ends when every restart has converged or
-``max_iter`` iterations ran. The best restart (highest log-likelihood) wins.
+The E-step protocol (every model kind honours it): a pass returns, for each
+parameter set it was given, ``(loglik, statistics)`` with ``loglik`` a float (the
+log-likelihood of those parameters on the rows of the pass) and ``statistics`` the
+expected sufficient statistics, *additive over rows* (``EMFamily.add`` combines
+two blocks of rows, ``EMFamily.subtract`` removes one).
+
+Options of the loop:
+
+* plain EM (Dempster et al. 1977): each iteration evaluates ``θ_t`` and moves to
+  ``F(θ_t)``. Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|``.
+* ``accelerate="squarem"``: SQUAREM extrapolation (:mod:`dpgm.algorithms.squarem`)
+  with the monotonicity safeguard: an extrapolated point whose log-likelihood is
+  below that of the EM step it extrapolates from is rejected and the loop goes on
+  from the plain EM point. Every evaluated point costs one pass, rejected ones
+  included; an extrapolated point's pass also gives its EM image, the first step
+  of the next cycle. Convergence is judged on EM steps only (plain EM's rule).
+* ``incremental=True``: :data:`INCREMENTAL_PASSES` passes of incremental EM (Neal
+  and Hinton 1998) over blocks of whole chunks (:data:`INCREMENTAL_BLOCKS` at
+  most): each block's statistics are computed in one distributed computation (one
+  task per chunk), replace that block's previous statistics in the running total,
+  and an M step follows. The first pass sums the blocks seen so far (the M steps
+  are invariant to the scale of the statistics). Each block counts as its share
+  of the rows of a pass. Full-batch iterations (plain or SQUAREM) then polish to
+  the plain EM fixed point.
+* ``prune_restarts=True``: from iteration :data:`PRUNE_AFTER` on, a restart whose
+  log-likelihood plus :data:`PRUNE_HORIZON` times its last increase is still below
+  the best restart's log-likelihood (it would need more than that many further
+  iterations at its present rate just to draw level, and EM's increases shrink) is
+  dropped from the passes.
+
+Each record carries ``param_change``: the largest absolute change of the
+parameter vector (:meth:`EMFamily.vector`) since the restart's previous evaluated
+point. A restart's result is its accepted point of highest log-likelihood.
 
 References
 ----------
 Dempster, A. P., Laird, N. M. and Rubin, D. B. (1977). Maximum likelihood from
 incomplete data via the EM algorithm. *J. R. Statist. Soc. B* 39, 1-38.
+
+Neal, R. M. and Hinton, G. E. (1998). A view of the EM algorithm that justifies
+incremental, sparse, and other variants. In *Learning in Graphical Models*, 355-368.
+
+Varadhan, R. and Roland, C. (2008). Simple and globally convergent methods for
+accelerating the convergence of any EM algorithm. *Scand. J. Statist.* 35, 335-353.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from dpgm.algorithms.checkpoint import read_checkpoint, write_checkpoint
+import numpy as np
 
-__all__ = ["EMState", "em"]
+from dpgm.algorithms.checkpoint import read_checkpoint, write_checkpoint
+from dpgm.algorithms.squarem import STEP_FACTOR, extrapolate
+
+__all__ = ["ACCELERATIONS", "EMFamily", "EMState", "em"]
+
+ACCELERATIONS = (None, "squarem")
+INCREMENTAL_PASSES = 2
+INCREMENTAL_BLOCKS = 8
+PRUNE_AFTER = 5
+PRUNE_HORIZON = 100
+
+
+class EMFamily:
+    """What the EM loop needs of one model kind: the E step, the M step, conversions.
+
+    Subclasses implement :meth:`estep`, :meth:`mstep` and :meth:`vector`; SQUAREM
+    also needs :meth:`unconstrained` / :meth:`constrained` (a parametrisation in
+    which any vector maps back to valid parameters); incremental EM needs
+    :meth:`row_blocks` and ``rows=`` support in :meth:`estep`.
+    """
+
+    def estep(self, parameters: Sequence[Any], iteration: int,
+              rows: tuple[int, int] | None = None) -> list[tuple[float, Any]]:
+        """One pass (over ``rows``, a range of whole chunks, or all rows): ``(loglik, statistics)`` per set."""
+        raise NotImplementedError
+
+    def mstep(self, parameters: Any, statistics: Any) -> Any:
+        """New parameters of one restart from its (summed) statistics."""
+        raise NotImplementedError
+
+    def vector(self, parameters: Any) -> np.ndarray:
+        """The parameters as one flat vector (for ``param_change``)."""
+        raise NotImplementedError
+
+    def unconstrained(self, parameters: Any) -> np.ndarray:
+        """The parameters as an unconstrained vector (SQUAREM extrapolates there)."""
+        return self.vector(parameters)
+
+    def constrained(self, vector: np.ndarray, like: Any) -> Any:
+        """Parameters from an unconstrained vector (``like``: parameters of the same shapes)."""
+        raise NotImplementedError
+
+    def to_model(self, parameters: Any) -> Any:
+        """The labelled model of some parameters (checkpoints, the result)."""
+        return parameters
+
+    def from_model(self, model: Any) -> Any:
+        """The parameters of a labelled model (resume)."""
+        return model
+
+    def add(self, first: Any, second: Any) -> Any:
+        """Statistics of two disjoint sets of rows combined."""
+        return _leafwise(first, second, lambda a, b: a + b)
+
+    def subtract(self, total: Any, part: Any) -> Any:
+        """Statistics of ``total``'s rows without ``part``'s."""
+        return _leafwise(total, part, lambda a, b: a - b)
+
+    def row_blocks(self, n_blocks: int) -> list[tuple[int, int]]:
+        """At most ``n_blocks`` row ranges of whole chunks covering the data (incremental EM)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support incremental EM")
+
+
+def _leafwise(first: Any, second: Any, operation: Callable[[Any, Any], Any]) -> Any:
+    if isinstance(first, dict):
+        return {key: _leafwise(first[key], second[key], operation) for key in first}
+    if isinstance(first, tuple | list):
+        return type(first)(_leafwise(a, b, operation) for a, b in zip(first, second, strict=True))
+    return operation(first, second)
 
 
 @dataclass
 class EMState:
-    """Outcome of :func:`em`."""
+    """Outcome of :func:`em`: per restart its model, history, log-likelihood and status."""
 
     models: list[Any]
     histories: list[list[dict]]
     converged: list[bool]
     n_iter: int
-    passes: int
+    passes: float
     best: int = 0
+    logliks: list[float] = field(default_factory=list)
+    pruned: list[int] = field(default_factory=list)
     extras: dict = field(default_factory=dict)
 
 
+@dataclass
+class _Restart:
+    """One restart's place in the loop (plain EM is SQUAREM that never extrapolates)."""
+
+    point: Any
+    kind: str = "base"  # what ``point`` is: "base" (a new start), "first" (F(base)), "extrapolated"
+    best: Any = None
+    best_loglik: float | None = None
+    last_change: float = float("inf")
+    last_vector: np.ndarray | None = None
+    u0: np.ndarray | None = None
+    fallback: Any = None
+    alpha: float = 1.0
+    step_max: float = 1.0
+    done: bool = False
+    converged: bool = False
+    blocks: dict = field(default_factory=dict)
+    total: Any = None
+
+
 def em(
-    models: list[Any],
-    estep: Callable[[list[Any], int], list[tuple[float, Any]]],
-    mstep: Callable[[Any, Any], Any],
+    family: EMFamily,
+    starts: list[Any],
     *,
     max_iter: int = 100,
     tol: float = 1e-8,
     callback: Callable[[dict], None] | None = None,
-    checkpoint: str | None = None,
-    resume: str | None = None,
-    to_model: Callable[[Any], Any] | None = None,
-    from_model: Callable[[Any], Any] | None = None,
+    checkpoint: Any = None,
+    resume: Any = None,
+    accelerate: str | None = None,
+    incremental: bool = False,
+    prune_restarts: bool = False,
 ) -> EMState:
-    """Run EM from ``models`` (one per restart).
+    """Run EM from ``starts`` (one parameter set per restart).
 
     Parameters
     ----------
-    models
+    family
+        The model kind's E step, M step and conversions.
+    starts
         Starting parameters, one per restart.
-    estep
-        One pass: ``estep(models, iteration)`` -> the log-likelihood and expected
-        statistics of each given model.
-    mstep
-        New parameters of one restart from its statistics.
     max_iter, tol
-        Stopping rule (relative log-likelihood change).
+        Stopping rule: at most ``max_iter`` iterations (each one pass, an
+        incremental pass included), or a relative log-likelihood change ``<= tol``
+        between accepted points.
     callback
         Called with each restart's record every iteration (``restart``,
-        ``iteration``, ``loglik``, ``change``, ``seconds``).
+        ``iteration``, ``loglik``, ``change``, ``param_change``, ``passes``,
+        ``step``, ``accepted``, ``seconds``).
     checkpoint
         Folder to checkpoint parameters and history into after every iteration.
     resume
-        Folder of a checkpoint to continue from (its models replace ``models``).
-    to_model, from_model
-        Convert the loop's parameters to the model saved in checkpoints and
-        returned (and back, on resume); identity by default.
+        Folder of a checkpoint to continue from (its models replace ``starts``;
+        an incremental phase is not repeated).
+    accelerate
+        None (plain EM) or ``"squarem"``.
+    incremental
+        Start with incremental passes over blocks of chunks.
+    prune_restarts
+        Drop restarts that are hopelessly behind (see the module's description).
 
     Returns
     -------
     EMState
     """
-    histories: list[list[dict]] = [[] for _ in models]
-    converged = [False] * len(models)
-    evaluated = list(models)
+    if accelerate not in ACCELERATIONS:
+        raise ValueError(f"accelerate must be one of {list(ACCELERATIONS)}, got {accelerate!r}")
+    histories: list[list[dict]] = [[] for _ in starts]
     iteration = 0
-    passes = 0
+    converged_before: list[bool] = [False] * len(starts)
     if resume is not None:
-        iteration, models, state = read_checkpoint(resume)
-        if from_model is not None:
-            models = [from_model(m) for m in models]
-        histories = state["histories"]
-        converged = state["converged"]
-        evaluated = list(models)
-    labelled = to_model or (lambda parameters: parameters)
-    current = list(models)
+        iteration, models, saved = read_checkpoint(resume)
+        starts = [family.from_model(m) for m in models]
+        histories, converged_before = saved["histories"], saved["converged"]
+        incremental = False
+    runs = [_Restart(point=p) for p in starts]
+    for run, history, done in zip(runs, histories, converged_before, strict=True):
+        accepted = [h for h in history if h.get("accepted", True) and h.get("step") != "incremental"]
+        if accepted:
+            run.best_loglik = accepted[-1]["loglik"]
+        if done:
+            run.best, run.done, run.converged = run.point, True, True
+    passes = Fraction(0)
     start = time.perf_counter()
-    while iteration < max_iter and not all(converged):
+
+    def report(i: int, loglik: float, change, point: Any, step: str, accepted: bool) -> None:
+        vector = family.vector(point)
+        previous = runs[i].last_vector
+        runs[i].last_vector = vector
+        record = {
+            "restart": i, "iteration": iteration, "loglik": float(loglik), "change": change,
+            "param_change": None if previous is None else _max_change(vector, previous),
+            "passes": float(passes), "step": step, "accepted": accepted, "seconds": time.perf_counter() - start,
+        }
+        histories[i].append(record)
+        if callback is not None:
+            callback(record)
+
+    def save() -> None:
+        if checkpoint is not None:
+            write_checkpoint(checkpoint, iteration,
+                             [family.to_model(r.best if r.done and r.best is not None else r.point) for r in runs],
+                             {"histories": histories, "converged": [r.converged for r in runs]})
+
+    if incremental:
+        blocks = family.row_blocks(INCREMENTAL_BLOCKS)
+        total_rows = sum(stop - begin for begin, stop in blocks)
+        # families whose M step cannot leave a zero (IPF, GIS: multiplicative updates) take the first
+        # pass's blocks at the starting parameters (a plain EM step), not a growing partial sum
+        warm = getattr(family, "incremental_full_first_pass", False)
+        for _ in range(INCREMENTAL_PASSES):
+            if iteration >= max_iter:
+                break
+            iteration += 1
+            active = [i for i, r in enumerate(runs) if not r.done]
+            for b, rows in enumerate(blocks):
+                results = family.estep([runs[i].point for i in active], iteration, rows=rows)
+                passes += Fraction(rows[1] - rows[0], max(total_rows, 1))
+                for i, (loglik, statistics) in zip(active, results, strict=True):
+                    run = runs[i]
+                    old = run.blocks.get(b)
+                    if run.total is None:
+                        run.total = statistics
+                    else:
+                        run.total = family.add(run.total if old is None else family.subtract(run.total, old[1]),
+                                               statistics)
+                    run.blocks[b] = (loglik, statistics)
+                    if not (warm and len(run.blocks) < len(blocks) and old is None):
+                        run.point = family.mstep(run.point, run.total)
+            for i in active:
+                # the blocks' log-likelihoods were each taken at the parameters of their own block
+                report(i, sum(loglik for loglik, _ in runs[i].blocks.values()), None, runs[i].point,
+                       "incremental", False)
+            save()
+        for run in runs:
+            run.blocks, run.total = {}, None
+
+    while iteration < max_iter and not all(r.done for r in runs):
         iteration += 1
-        active = [i for i, done in enumerate(converged) if not done]
-        results = estep([current[i] for i in active], iteration)
+        active = [i for i, r in enumerate(runs) if not r.done]
+        results = family.estep([runs[i].point for i in active], iteration)
         passes += 1
         for i, (loglik, statistics) in zip(active, results, strict=True):
-            previous = histories[i][-1]["loglik"] if histories[i] else None
-            change = None if previous is None else loglik - previous
-            record = {
-                "restart": i,
-                "iteration": iteration,
-                "loglik": float(loglik),
-                "change": change,
-                "seconds": time.perf_counter() - start,
-            }
-            histories[i].append(record)
-            if callback is not None:
-                callback(record)
-            evaluated[i] = current[i]
-            if change is not None and abs(change) <= tol * abs(loglik):
-                converged[i] = True
-            else:
-                current[i] = mstep(current[i], statistics)
-        if checkpoint is not None:
-            # evaluated models carry the reported logliks; unconverged restarts go on from current
-            write_checkpoint(
-                checkpoint,
-                iteration,
-                [labelled(current[i] if not converged[i] else evaluated[i]) for i in range(len(current))],
-                {"histories": histories, "converged": converged},
-            )
-    finals = [h[-1]["loglik"] if h else float("-inf") for h in histories]
-    best = max(range(len(finals)), key=finals.__getitem__)
-    return EMState([labelled(m) for m in evaluated], histories, converged, iteration, passes, best)
+            _advance(family, runs[i], i, float(loglik), statistics, tol, accelerate, report)
+        if prune_restarts and iteration >= PRUNE_AFTER:
+            _prune(runs)
+        save()
+    logliks = [r.best_loglik if r.best_loglik is not None else float("-inf") for r in runs]
+    best = max(range(len(runs)), key=logliks.__getitem__)
+    models = [family.to_model(r.best if r.best is not None else r.point) for r in runs]
+    pruned = [i for i, r in enumerate(runs) if r.done and not r.converged]
+    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
+
+
+def _wants_longer(u0: np.ndarray, u1: np.ndarray, u2: np.ndarray) -> bool:
+    r, v = u1 - u0, u2 - 2 * u1 + u0
+    return bool(r @ r > v @ v)
+
+
+def _max_change(vector: np.ndarray, previous: np.ndarray) -> float:
+    """Largest absolute change between two parameter vectors (equal infinities do not change)."""
+    with np.errstate(invalid="ignore"):
+        change = np.where(vector == previous, 0.0, np.abs(vector - previous))
+    return float(np.max(change, initial=0.0))
+
+
+def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics: Any, tol: float,
+             accelerate: str | None, report: Callable) -> None:
+    """One evaluated point of one restart: record it, accept or reject it, choose the next point."""
+    point, kind = run.point, run.kind
+    accepted = kind != "extrapolated" or bool(loglik >= run.best_loglik)
+    previous = run.best_loglik
+    change = None if previous is None else loglik - previous
+    report(i, loglik, change, point, "extrapolated" if kind == "extrapolated" else "em", accepted)
+    if not accepted:  # the safeguard: back to the plain EM point F(θ1)
+        if run.alpha >= run.step_max:
+            run.step_max = max(1.0, run.step_max / STEP_FACTOR)
+        run.point, run.kind = run.fallback, "base"
+        return
+    if kind == "extrapolated" and run.alpha >= run.step_max:
+        run.step_max = min(run.step_max * STEP_FACTOR, 1e6)
+    run.best, run.best_loglik = point, loglik
+    if change is not None:
+        run.last_change = change
+    # convergence is judged on EM steps only (an extrapolation's gain says nothing about the fixed point)
+    if kind != "extrapolated" and change is not None and abs(change) <= tol * abs(loglik):
+        run.done = run.converged = True
+        return
+    following = family.mstep(point, statistics)
+    if accelerate is None:
+        run.point = following
+    elif kind in ("base", "extrapolated"):
+        run.u0, run.point, run.kind = family.unconstrained(point), following, "first"
+    else:  # kind == "first": θ1 = point, θ2 = following
+        u1, u2 = family.unconstrained(point), family.unconstrained(following)
+        proposal, run.alpha = extrapolate(run.u0, u1, u2, run.step_max)
+        run.point, run.kind, run.fallback = following, "base", following
+        if run.alpha <= 1.0 and run.step_max <= 1.0 and _wants_longer(run.u0, u1, u2):
+            run.step_max = STEP_FACTOR  # the bound held the step at the EM step: let the next one go further
+        if run.alpha > 1.0 and np.all(np.isfinite(proposal)):
+            try:
+                run.point, run.kind = family.constrained(proposal, following), "extrapolated"
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+                run.point = following  # no valid parameters there: the plain EM step, no pass spent
+
+
+def _prune(runs: list[_Restart]) -> None:
+    """Drop restarts that would need more than PRUNE_HORIZON iterations at their present rate to draw level."""
+    known = [r.best_loglik for r in runs if r.best_loglik is not None and np.isfinite(r.best_loglik)]
+    if len(known) < 2:
+        return
+    leader = max(known)
+    for run in runs:
+        if run.done or run.best_loglik is None or run.best_loglik >= leader:
+            continue
+        gain = max(run.last_change, 0.0) if np.isfinite(run.last_change) else float("inf")
+        if run.best_loglik + PRUNE_HORIZON * gain < leader:
+            run.done = True

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from dpgm.algorithms.result import log_iteration, parameter_change
+from dpgm.algorithms.result import Estimate, log_iteration, log_step, parameter_change
 from dpgm.inference.triangulation import clique_tree
 
 __all__ = ["SingularBlock", "decomposable_precision", "gaussian_loglik", "graphical_lasso", "ips", "maximal_cliques"]
@@ -106,8 +106,9 @@ def _inverse(block: np.ndarray, where: Sequence[int]) -> np.ndarray:
 
 
 def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: int = 1000, tol: float = 1e-10,
-        callback: Callable[[dict], None] | None = None) -> tuple[np.ndarray, list[dict], bool, int]:
-    """Covariance selection by iterative proportional scaling: ``(precision, history, converged, n_iter)``.
+        callback: Callable[[dict], None] | None = None) -> Estimate:
+    """Covariance selection by iterative proportional scaling: an :class:`~dpgm.algorithms.result.Estimate`
+    of the precision.
 
     Each maximal clique ``C`` of the graph in turn, with ``B = Sigma_CC``:
     ``K_CC += S_CC^-1 - B^-1`` (the precision keeps its zeros off the graph), and
@@ -145,17 +146,12 @@ def ips(sample: np.ndarray, adjacency: np.ndarray, *, n: float = 1.0, max_iter: 
         error /= scale
         precision = (precision + precision.T) / 2
         covariance = np.linalg.inv(precision)  # once a sweep: no drift from the rank updates
-        log_iteration(history, callback, {
-            "iteration": iteration,
-            "loglik": gaussian_loglik(covariance, sample, n),
-            "max_error": error,
-            "param_change": parameter_change(before, precision),
-            "seconds": time.perf_counter() - start,
-        })
+        log_step(history, callback, start, iteration, gaussian_loglik(covariance, sample, n), error,
+                 parameter_change(before, precision))
         if error < tol:
             converged = True
             break
-    return precision, history, converged, iteration
+    return Estimate(precision, history, converged, iteration)
 
 
 def _lasso(gram: np.ndarray, target: np.ndarray, penalty: float, beta: np.ndarray, free: np.ndarray,
@@ -175,11 +171,11 @@ def _lasso(gram: np.ndarray, target: np.ndarray, penalty: float, beta: np.ndarra
 
 def graphical_lasso(sample: np.ndarray, alpha: float, *, adjacency: np.ndarray | None = None, n: float = 1.0,
                     max_iter: int = 200, tol: float = 1e-10,
-                    callback: Callable[[dict], None] | None = None) -> tuple[np.ndarray, list[dict], bool, int]:
+                    callback: Callable[[dict], None] | None = None) -> Estimate:
     """L1-penalized precision ``argmax log det K - tr(SK) - alpha sum_{i != j} |K_ij|``.
 
     ``adjacency`` (optional) forces ``K_ij = 0`` where it has no edge. Returns
-    ``(precision, history, converged, n_iter)``; converged when a sweep moves no
+    an :class:`~dpgm.algorithms.result.Estimate` of the precision; converged when a sweep moves no
     entry of the covariance by more than ``tol`` times its largest variance.
     """
     p = sample.shape[0]
@@ -209,7 +205,7 @@ def graphical_lasso(sample: np.ndarray, alpha: float, *, adjacency: np.ndarray |
         if change < tol:
             converged = True
             break
-    return _precision_from_betas(covariance, betas), history, converged, iteration
+    return Estimate(_precision_from_betas(covariance, betas), history, converged, iteration)
 
 
 def _precision_from_betas(covariance: np.ndarray, betas: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dpgm.algorithms.features import FeatureSet
-from dpgm.algorithms.result import log_iteration, parameter_change
+from dpgm.algorithms.result import Estimate, log_step, parameter_change
 
 __all__ = ["gis"]
 
@@ -42,7 +42,7 @@ def gis(
     max_iter: int = 10_000,
     tol: float = 1e-10,
     callback: Callable[[dict], None] | None = None,
-):
+) -> Estimate:
     """Run GIS from ``theta`` (default zeros) until the expectations match within ``tol``.
 
     Parameters
@@ -68,7 +68,8 @@ def gis(
 
     Returns
     -------
-    (theta, history, converged, n_iter)
+    Estimate
+        The weights (``-inf`` for a feature never seen), history, convergence and steps.
     """
     theta = np.zeros(features.n_features) if theta is None else np.array(theta, dtype=float)
     c = float(scale if scale is not None else features.max_total(engine))
@@ -96,8 +97,7 @@ def gis(
             expected, log_z = evaluate(effective)
             error = float(np.abs(expected - target).max()) if expected.size else 0.0
             loglik = n * (float(effective @ target) - log_z)
-            log_iteration(history, callback, {"iteration": step, "loglik": loglik, "max_error": error,
-                                               "param_change": change, "seconds": time.perf_counter() - start})
+            log_step(history, callback, start, step, loglik, error, change)
             if error < tol:
                 converged = True
                 break
@@ -107,4 +107,4 @@ def gis(
                 theta_slack += np.log(slack_empirical / slack_expected) / c
     out = np.full(features.n_features, -np.inf)
     out[active] = theta - theta_slack
-    return out, history, converged, step
+    return Estimate(out, history, converged, step)

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.optimize
 
 from dpgm.algorithms.features import FeatureSet
-from dpgm.algorithms.result import parameter_change
+from dpgm.algorithms.result import Estimate, parameter_change
 from dpgm.algorithms.tables import JointEngine
 
 __all__ = ["lbfgs", "newton", "proximal_gradient"]
@@ -91,10 +91,10 @@ class _Objective:
 
 
 def lbfgs(features: FeatureSet, empirical: np.ndarray, engine, *, l2: float = 0.0, theta=None, n: float = 1.0,
-          max_iter: int = 1000, tol: float = 1e-10, callback=None):
+          max_iter: int = 1000, tol: float = 1e-10, callback=None) -> Estimate:
     """Minimize the L2-penalized negative log-likelihood with L-BFGS-B.
 
-    Returns ``(theta, history, converged, n_iter)``; converged means the largest
+    Returns an :class:`~dpgm.algorithms.result.Estimate`; converged means the largest
     gradient component fell below ``tol`` or L-BFGS-B could lower the objective no
     further in double precision (then the gradient is about 1e-8 per row). On an
     enumerable joint with a modest design, up to ``POLISH_STEPS`` Newton steps
@@ -138,7 +138,7 @@ def lbfgs(features: FeatureSet, empirical: np.ndarray, engine, *, l2: float = 0.
         # ... where a few Newton steps, whose test is the gradient itself, finish the job
         point, polished, steps = _newton_iterations(problem, result.x, POLISH_STEPS, tol)
         result.x, result.nit, converged = point, iterations + steps, converged or polished
-    return problem.full(result.x), problem.history, converged, int(result.nit)
+    return Estimate(problem.full(result.x), problem.history, converged, int(result.nit))
 
 
 POLISH_STEPS = 20
@@ -153,7 +153,7 @@ def _can_polish(problem: _Objective) -> bool:
 
 
 def newton(features: FeatureSet, empirical: np.ndarray, engine: JointEngine, *, l2: float = 0.0, theta=None,
-           n: float = 1.0, max_iter: int = 100, tol: float = 1e-10, callback=None):
+           n: float = 1.0, max_iter: int = 100, tol: float = 1e-10, callback=None) -> Estimate:
     """Damped Newton steps with the exact Hessian (feature covariance) on an enumerable joint.
 
     The Hessian of an over-parameterized model is singular; the step solves it in
@@ -163,7 +163,7 @@ def newton(features: FeatureSet, empirical: np.ndarray, engine: JointEngine, *, 
         raise ValueError("Newton's method needs an enumerable joint table (a small model); use lbfgs")
     problem = _Objective(features, empirical, engine, l2, 0.0, n, callback)
     theta, converged, iteration = _newton_iterations(problem, _start(problem, theta), max_iter, tol)
-    return problem.full(theta), problem.history, converged, iteration
+    return Estimate(problem.full(theta), problem.history, converged, iteration)
 
 
 def _newton_iterations(problem: _Objective, theta: np.ndarray, max_iter: int, tol: float):
@@ -201,7 +201,7 @@ def _newton_step_size(problem: _Objective, theta, direction, value: float, gradi
 
 
 def proximal_gradient(features: FeatureSet, empirical: np.ndarray, engine, *, l1: float, l2: float = 0.0,
-                      theta=None, n: float = 1.0, max_iter: int = 5000, tol: float = 1e-10, callback=None):
+                      theta=None, n: float = 1.0, max_iter: int = 5000, tol: float = 1e-10, callback=None) -> Estimate:
     """FISTA with backtracking for the L1(+L2)-penalized negative log-likelihood.
 
     Converged means the proximal-gradient mapping (the step's movement divided by
@@ -237,7 +237,7 @@ def proximal_gradient(features: FeatureSet, empirical: np.ndarray, engine, *, l1
         if movement < tol:
             converged = True
             break
-    return problem.full(theta), problem.history, converged, iteration
+    return Estimate(problem.full(theta), problem.history, converged, iteration)
 
 
 def _start(problem: _Objective, theta) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpgm.algorithms.result import log_iteration, parameter_change
+from dpgm.algorithms.result import log_step, parameter_change
 from dpgm.algorithms.tables import loglik_from_potentials
 from dpgm.potentials import Scope
 
@@ -98,13 +98,8 @@ def ipf(
             log_potentials[scope] = log_potentials[scope] + _log_ratio(targets[scope], current[scope])
         marginals, log_z = engine(log_potentials, scopes)
         error = max(float(np.abs(marginals[s] - targets[s]).max()) for s in scopes)
-        log_iteration(history, callback, {
-            "iteration": iteration,
-            "loglik": loglik_from_potentials(counts, log_potentials, log_z, n),
-            "max_error": error,
-            "param_change": parameter_change(before, log_potentials),
-            "seconds": time.perf_counter() - start,
-        })
+        log_step(history, callback, start, iteration, loglik_from_potentials(counts, log_potentials, log_z, n), error,
+                 parameter_change(before, log_potentials))
         if error < tol:
             converged = True
             break

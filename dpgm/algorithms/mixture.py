@@ -23,7 +23,8 @@ import numpy as np
 
 from dpgm.models.mixture import check_covariances
 
-__all__ = ["MixtureParameters", "initial_parameters", "kmeans_plus_plus", "m_step"]
+__all__ = ["MixtureParameters", "from_unconstrained", "initial_parameters", "kmeans_plus_plus", "m_step", "recentre",
+           "unconstrained_vector"]
 
 _EPS = 10 * np.finfo(float).eps  # scikit-learn's guard against empty components
 
@@ -189,3 +190,68 @@ def parameters_from_init(init: dict[str, Any], k: int, p: int, covariance_type: 
             matrices = np.linalg.inv(matrices)
             matrices = (matrices + np.swapaxes(matrices, -1, -2)) / 2
     return MixtureParameters(weights, means, matrices)
+
+
+def recentre(statistics: dict[str, Any], centre: np.ndarray) -> dict[str, Any]:
+    """E-step statistics centred on ``statistics["centre"]`` (``(K, p)`` means) moved to ``centre``.
+
+    With ``y = x - c`` and ``d = c - c'``: ``sum r (x - c') = s1 + nk d`` and
+    ``sum r (x - c')(x - c')^T = s2 + s1 d^T + d s1^T + nk d d^T`` (the diagonal of it
+    for diagonal statistics). Statistics of blocks computed at different means are
+    added (incremental EM) after moving them to one centre.
+    """
+    d = statistics["centre"] - centre
+    nk, s1, s2 = statistics["nk"], statistics["s1"], statistics["s2"]
+    if s2.ndim == 2:
+        s2 = s2 + 2 * d * s1 + nk[:, None] * d * d
+    else:
+        outer = s1[:, :, None] * d[:, None, :]
+        s2 = s2 + outer + np.swapaxes(outer, 1, 2) + nk[:, None, None] * d[:, :, None] * d[:, None, :]
+    return {**statistics, "s1": s1 + nk[:, None] * d, "s2": s2, "centre": np.array(centre, dtype=float)}
+
+
+def _cholesky_vector(matrices: np.ndarray) -> np.ndarray:
+    """Cholesky factors of SPD matrices ``(..., p, p)``: log diagonal then strict lower triangle, flat."""
+    factor = np.linalg.cholesky(matrices)
+    p = factor.shape[-1]
+    lower = np.tril_indices(p, -1)
+    diagonal = np.log(np.diagonal(factor, axis1=-2, axis2=-1))
+    return np.concatenate([diagonal.ravel(), factor[..., lower[0], lower[1]].ravel()])
+
+
+def _cholesky_matrices(vector: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    p = shape[-1]
+    batch = shape[:-2]
+    n_diagonal = int(np.prod(batch, dtype=int)) * p
+    factor = np.zeros(shape)
+    lower = np.tril_indices(p, -1)
+    factor[..., np.arange(p), np.arange(p)] = np.exp(vector[:n_diagonal]).reshape(*batch, p)
+    factor[..., lower[0], lower[1]] = vector[n_diagonal:].reshape(*batch, len(lower[0]))
+    return factor @ np.swapaxes(factor, -1, -2)
+
+
+def unconstrained_vector(parameters: MixtureParameters, covariance_type: str) -> np.ndarray:
+    """Log weights, means, and covariances as log variances or log-diagonal Cholesky factors, flat."""
+    with np.errstate(divide="ignore"):
+        log_weights = np.maximum(np.log(parameters.weights), -700.0)
+    if covariance_type in ("full", "tied"):
+        covariances = _cholesky_vector(parameters.covariances)
+    else:
+        covariances = np.log(parameters.covariances).ravel()
+    return np.concatenate([log_weights, parameters.means.ravel(), covariances])
+
+
+def from_unconstrained(vector: np.ndarray, like: MixtureParameters, covariance_type: str) -> MixtureParameters:
+    """Parameters from :func:`unconstrained_vector` (weights by softmax: always a valid mixture)."""
+    k, p = like.means.shape
+    log_weights = vector[:k]
+    weights = np.exp(log_weights - log_weights.max())
+    means = vector[k:k + k * p].reshape(k, p)
+    rest = vector[k + k * p:]
+    if covariance_type in ("full", "tied"):
+        covariances = _cholesky_matrices(rest, like.covariances.shape)
+    else:
+        covariances = np.exp(rest).reshape(like.covariances.shape)
+    if not (np.isfinite(weights).all() and np.isfinite(means).all() and np.isfinite(covariances).all()):
+        raise ValueError("extrapolated mixture parameters are not finite")
+    return MixtureParameters(weights / weights.sum(), means, covariances)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FitResult", "information_criteria", "log_iteration", "parameter_change"]
+__all__ = ["Estimate", "FitResult", "information_criteria", "log_iteration", "log_step", "parameter_change"]
 
 
 @dataclass
@@ -193,6 +194,32 @@ class FitResult:
         return f"<FitResult {self.method} loglik={self.loglik:.6g} converged={self.converged} n_iter={self.n_iter}>"
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """What an iterative estimator on plain arrays returns (GIS, L-BFGS, Newton, proximal gradient,
+    Gaussian IPS, graphical lasso): its parameters and the run.
+
+    Attributes
+    ----------
+    parameters
+        The estimate: feature weights (``-inf`` for a feature never seen) or a precision matrix.
+    history
+        One record per iteration (see :class:`FitResult`).
+    converged
+        Whether the stopping rule was met before ``max_iter``.
+    n_iter
+        Iterations run.
+    loglik
+        Log-likelihood at ``parameters``, where the caller asked for it (else ``None``).
+    """
+
+    parameters: np.ndarray
+    history: list = field(default_factory=list)
+    converged: bool = False
+    n_iter: int = 0
+    loglik: float | None = None
+
+
 def information_criteria(loglik: float, n_params: int, n_rows: float) -> tuple[float, float]:
     """AIC and BIC."""
     return -2 * loglik + 2 * n_params, -2 * loglik + n_params * math.log(max(n_rows, 1.0))
@@ -220,3 +247,11 @@ def log_iteration(history: list[dict], callback, record: dict) -> dict:
     if callback is not None:
         callback(record)
     return record
+
+
+def log_step(history: list[dict], callback, start: float, iteration: int, loglik: float, max_error: float,
+             param_change: float | None) -> dict:
+    """:func:`log_iteration` of a fixed-point step's record: ``iteration``, ``loglik``, ``max_error``,
+    ``param_change`` and ``seconds`` since ``start`` (a ``time.perf_counter()`` reading)."""
+    return log_iteration(history, callback, {"iteration": iteration, "loglik": loglik, "max_error": max_error,
+                                             "param_change": param_change, "seconds": time.perf_counter() - start})

@@ -14,6 +14,7 @@ from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
 from dpgm.api.glm import fit_glm
 from dpgm.api.hmm import fit_hmm
 from dpgm.api.hybrid import fit_hybrid
+from dpgm.api.hybrid_em import fit_hybrid_em
 from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
 from dpgm.api.mixture import fit_gaussian_mixture
@@ -193,6 +194,9 @@ def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback,
     if isinstance(model, GLMConditional):
         return fit_glm(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
                        callback=callback, **options)
+    if isinstance(model, HybridNetwork) and method == "em":
+        return fit_hybrid_em(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
+                             callback=callback, **options)
     if isinstance(model, HybridNetwork):
         return fit_hybrid(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
                           callback=callback, **options)

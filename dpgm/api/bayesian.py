@@ -17,7 +17,7 @@ from dpgm.algorithms.bayesian import (
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
-from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
+from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.results import fit_result
 from dpgm.cpt import PRIORS, random_tables
 from dpgm.errors import DataError
@@ -93,17 +93,73 @@ def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state) -> l
     return [plan.flatten(random_tables(rng, shapes)) for _ in range(n_init)]
 
 
+class BayesianNetworkEM:
+    """EM on raw arrays: the parameters are one vector (:class:`~dpgm.inference.families.FamilyPlan`'s
+    layout), the E step returns expected family counts in the same layout, the M step normalizes
+    them; labels are attached only for checkpoints and the result. SQUAREM works on the
+    log-probabilities, renormalised per parent configuration."""
+
+    def __init__(self, model: BayesianNetwork, plan, data, observed, pseudo, client, progress):
+        self.model, self.plan, self.data, self.observed = model, plan, data, observed
+        self.pseudo, self.client, self.progress = pseudo, client, progress
+
+    def estep(self, thetas, iteration, rows=None):
+        from dpgm.cluster import iteration_span
+        from dpgm.inference.families import FamilyParameters
+        from dpgm.stats.expected import expected_counts
+
+        with iteration_span("dpgm-em", iteration):
+            results = expected_counts(self.data, [FamilyParameters(self.plan, t) for t in thetas], self.observed,
+                                      client=self.client, progress=self.progress, rows=rows)
+        if any(s["tree_rows"] for _, s in results) and not self.plan.has_tree:
+            self.plan.build_tree()  # once, here: later passes ship it instead of each worker building it
+        return results
+
+    def mstep(self, theta: np.ndarray, statistics: dict) -> np.ndarray:
+        counts = statistics["counts"]
+        return self.plan.normalize(counts if self.pseudo is None else counts + self.pseudo)[0]
+
+    def vector(self, theta: np.ndarray) -> np.ndarray:
+        return theta
+
+    def unconstrained(self, theta: np.ndarray) -> np.ndarray:
+        from dpgm.algorithms.squarem import group_log
+
+        return group_log(theta)
+
+    def constrained(self, vector: np.ndarray, like: np.ndarray) -> np.ndarray:
+        from dpgm.algorithms.squarem import group_softmax
+
+        return group_softmax(vector, self.plan.column, self.plan.n_columns)
+
+    def from_model(self, network: BayesianNetwork) -> np.ndarray:
+        return self.plan.flatten({v: network.cpds[f[0]].transpose(*f).values
+                                  for v, f in zip(self.model.variables, self.model.families, strict=True)})
+
+    def to_model(self, theta: np.ndarray) -> BayesianNetwork:
+        tables = self.plan.tables(theta)
+        return BayesianNetwork({v: self.model.cpds[v].copy(deep=False, data=tables[v].copy())
+                                for v in self.model.variables})
+
+    def add(self, first: dict, second: dict) -> dict:
+        return {k: first[k] + second[k] for k in first}
+
+    def subtract(self, total: dict, part: dict) -> dict:
+        return {k: total[k] - part[k] for k in total}
+
+    def row_blocks(self, n_blocks: int):
+        from dpgm.stats.expected import row_blocks
+
+        return row_blocks(self.data, self.observed, n_blocks)
+
+
 def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
                              n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
                              persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
-                             pseudo_counts=None) -> FitResult:
-    """EM on raw arrays: the parameters are one vector (:class:`~dpgm.inference.families.FamilyPlan`'s
-    layout), the E step returns expected family counts in the same layout, the M step normalizes
-    them; labels are attached only for checkpoints and the result."""
-    from dpgm.algorithms.em import em
-    from dpgm.cluster import current_client, iteration_span
-    from dpgm.inference.families import FamilyParameters
-    from dpgm.stats.expected import expected_counts
+                             pseudo_counts=None, accelerate=None, incremental=False,
+                             prune_restarts=False) -> FitResult:
+    """EM for a Bayesian network with latent variables and missing values (:class:`BayesianNetworkEM`)."""
+    from dpgm.cluster import current_client
 
     if not model.is_parameterized:
         raise ValueError("EM needs the states of every variable, latent ones included: "
@@ -119,32 +175,14 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
     pseudo = plan.pseudo_counts(prior, equivalent_sample_size, pseudo_counts)
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
-
-    def from_model(network: BayesianNetwork) -> np.ndarray:
-        return plan.flatten({v: network.cpds[f[0]].transpose(*f).values
-                             for v, f in zip(model.variables, model.families, strict=True)})
-
-    def to_model(theta: np.ndarray) -> BayesianNetwork:
-        tables = plan.tables(theta)
-        return BayesianNetwork({v: model.cpds[v].copy(deep=False, data=tables[v].copy()) for v in model.variables})
-
-    def estep(thetas, iteration):
-        with iteration_span("dpgm-em", iteration):
-            results = expected_counts(data, [FamilyParameters(plan, t) for t in thetas], observed, client=client,
-                                      progress=progress)
-        if any(tree_rows for _, _, tree_rows in results) and not plan.has_tree:
-            plan.build_tree()  # once, here: later passes ship it instead of each worker building it
-        return [(loglik, counts) for loglik, counts, _ in results]
-
-    def mstep(theta: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        return plan.normalize(counts if pseudo is None else counts + pseudo)[0]
-
+    family = BayesianNetworkEM(model, plan, data, observed, pseudo, client, progress)
     if init in (None, "random") and n_init >= 1:
         starts = _random_starts(model, plan, n_init, random_state)
     else:
-        starts = [from_model(m) for m in initial_models(model, n_init, random_state, init)]
-    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
-               checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
+        starts = [family.from_model(m) for m in initial_models(model, n_init, random_state, init)]
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+                   checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
+                   prune_restarts=prune_restarts)
     from dpgm.algorithms.bayesian import n_free_parameters
 
     result = em_result(state, "em", n_params=n_free_parameters(model), n_rows=total_rows(data, client))

@@ -1,4 +1,5 @@
-"""Validation and statistics shared by every fit: data states, model/data agreement, complete counts."""
+"""Validation and statistics shared by every fit: data states, model/data agreement, complete counts,
+options, checkpoints, structural zeros and the tabular nodes of a hybrid network."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import xarray as xr
 from dpgm.algorithms.goodness import MAX_SATURATED_CELLS
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
+from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
 from dpgm.stats.counts import Counts, count_arrays
 
@@ -155,7 +157,8 @@ def _parameter_constraints() -> dict[tuple[str, str], dict[str, _Constraint]]:
                         description="a folder path, an fsspec URL or fsspec.get_mapper(url, ...), or None")
     flag = InstanceOf(bool, description="True or False")
     em = stop | {"n_init": Interval(int, 1), "random_state": RandomState(), "init": OneOf(None, "random", "model"),
-                 "checkpoint": folder, "resume": folder, "persist": flag}
+                 "checkpoint": folder, "resume": folder, "persist": flag,
+                 "accelerate": OneOf(None, "squarem"), "incremental": flag, "prune_restarts": flag}
     goodness = {"goodness_of_fit": flag}
     missing = {"missing": OneOf("refuse", "listwise")}
     zeros = {"structural_zeros": _Anything("a boolean DataArray of cells fixed at zero, or None")}
@@ -207,7 +210,8 @@ DEFAULT_METHODS = {"BayesianNetwork": "mle", "MarkovNetwork": "ipf", "LogLinearM
                    "HybridNetwork": "mle"}
 
 # options that do not change what a fit converges to: a checkpoint may be resumed with other values
-RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist")
+RESUMABLE_OPTIONS = ("tol", "max_iter", "loglik_tol", "checkpoint", "resume", "persist", "accelerate", "incremental",
+                     "prune_restarts")
 # options every call of dpgm.fit passes (its keyword defaults): checked for their values, whatever the method
 ALWAYS_PASSED = ("tol", "max_iter")
 
@@ -417,3 +421,14 @@ def counts_with_zeros(data, scopes: list, zeros: xr.DataArray | None, client, pr
     tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress, labelled=False)
     check_zero_cells_empty(zeros, tables)
     return tables
+
+
+def check_tabular(model: HybridNetwork, variable: str, schema: Schema) -> None:
+    """A tabular node is a categorical variable with categorical parents."""
+    if not schema[variable].categorical:
+        raise DataError("is continuous: a tabular node must be categorical; give it a GLM family "
+                        f"(families={{{variable!r}: 'gaussian'}} or 'poisson')", variable=variable)
+    continuous = [p for p in model.parents(variable) if p in schema and not schema[p].categorical]
+    if continuous:
+        raise DataError(f"has continuous parents {continuous}: a table cannot condition on them; give it a logit "
+                        f"family (families={{{variable!r}: 'bernoulli'}} or 'categorical')", variable=variable)

@@ -57,14 +57,25 @@ def total_rows(data, client) -> float:
     return float(data.sizes["row"])
 
 
+def run_em(family, starts, *, tol, max_iter, callback, client, checkpoint=None, resume=None, accelerate=None,
+           incremental: bool = False, prune_restarts: bool = False):
+    """Run :func:`dpgm.algorithms.em.em` with ``dpgm.fit``'s EM options (one place for every model kind)."""
+    from dpgm.algorithms.em import em
+
+    return em(family, starts, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
+              checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=bool(incremental),
+              prune_restarts=bool(prune_restarts))
+
+
 def em_result(state, method: str, n_params: int, n_rows: float) -> FitResult:
     from dpgm.api.results import fit_result
 
     best = state.best
     history = state.histories[best]
+    passes = int(state.passes) if float(state.passes).is_integer() else float(state.passes)
     return fit_result(
-        state.models[best], method, loglik=history[-1]["loglik"], converged=state.converged[best],
-        n_iter=len(history), n_rows=n_rows, n_params=n_params, history=history, passes=state.passes,
-        info={"restart": best, "restart_logliks": [h[-1]["loglik"] for h in state.histories],
-              "restart_histories": state.histories},
+        state.models[best], method, loglik=state.logliks[best], converged=state.converged[best],
+        n_iter=len(history), n_rows=n_rows, n_params=n_params, history=history, passes=passes,
+        info={"restart": best, "restart_logliks": list(state.logliks), "restart_histories": state.histories,
+              "pruned_restarts": list(state.pruned)},
     )

@@ -14,7 +14,7 @@ from dpgm.algorithms.gaussian import (
     graphical_lasso,
     ips,
 )
-from dpgm.algorithms.result import FitResult
+from dpgm.algorithms.result import Estimate, FitResult
 from dpgm.api.results import fit_result
 from dpgm.errors import DataError
 from dpgm.models.gaussian import GaussianGraphicalModel
@@ -48,14 +48,11 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
     if n <= p:
         raise DataError(f"{n:,.0f} complete rows for {p} variables: the sample covariance is singular")
     sample = stats.covariance.values
-    history: list[dict] = []
-    converged, n_iter = True, 0
     try:
         if method == "closed_form":
-            precision = decomposable_precision(sample, model.adjacency)
+            run = Estimate(decomposable_precision(sample, model.adjacency), converged=True)
         elif method == "ipf":
-            precision, history, converged, n_iter = ips(sample, model.adjacency, n=n, max_iter=max_iter, tol=tol,
-                                                        callback=callback)
+            run = ips(sample, model.adjacency, n=n, max_iter=max_iter, tol=tol, callback=callback)
     except SingularBlock as error:
         names = [model.variables[i] for i in error.indices]
         raise DataError(f"the sample covariance of {names} is singular (a variable is a linear function of the "
@@ -63,9 +60,9 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
                         "or fit method='glasso' (penalised)") from None
     if method == "glasso":
         complete = model.adjacency.sum() == p * (p - 1)  # a complete graph forces no zeros
-        precision, history, converged, n_iter = graphical_lasso(
-            sample, float(alpha), adjacency=None if complete else model.adjacency, n=n, max_iter=max_iter,
-            tol=tol, callback=callback)
+        run = graphical_lasso(sample, float(alpha), adjacency=None if complete else model.adjacency, n=n,
+                              max_iter=max_iter, tol=tol, callback=callback)
+    precision = run.parameters
     covariance = np.linalg.inv(precision)
     covariance = (covariance + covariance.T) / 2
     fitted = model.with_parameters(stats.mean.values, covariance)
@@ -77,8 +74,8 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
     loglik = gaussian_loglik(covariance, sample, n)
     saturated = -0.5 * n * (p * math.log(2 * math.pi) + np.linalg.slogdet(sample)[1] + p)
     info = {"n_missing": stats.n_missing} | ({} if alpha is None else {"alpha": float(alpha)})
-    return fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
-                      n_params=fitted.n_free_parameters(), history=history, g2=2.0 * (saturated - loglik),
+    return fit_result(fitted, method, loglik=loglik, converged=run.converged, n_iter=run.n_iter, n_rows=n,
+                      n_params=fitted.n_free_parameters(), history=run.history, g2=2.0 * (saturated - loglik),
                       df=p * (p - 1) // 2 - fitted.n_edges, info=info)
 
 

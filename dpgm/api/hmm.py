@@ -6,17 +6,77 @@ import numpy as np
 
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import data_states
-from dpgm.api.em_control import em_result, event_callback, initial_models, maybe_persist, total_rows
+from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.errors import DataError
 from dpgm.models.hmm import HiddenMarkovModel
 
 
+class HiddenMarkovEM:
+    """Baum-Welch as an EM family: forward-backward E step, row normalisation M step.
+
+    The parameter vector is ``start``, ``transition`` and ``emission`` flattened; SQUAREM
+    works on their logs, renormalised per distribution (the start, each row).
+    """
+
+    def __init__(self, model: HiddenMarkovModel, data, client, progress):
+        self.model, self.data, self.client, self.progress = model, data, client, progress
+        n, m = model.n_states, model.emission.shape[1]
+        self.groups = np.concatenate([np.zeros(n, dtype=np.int64), np.repeat(np.arange(1, n + 1), n),
+                                      np.repeat(np.arange(n + 1, 2 * n + 1), m)])
+        self.n_groups = 2 * n + 1
+
+    def estep(self, models, iteration, rows=None):
+        from dpgm.cluster import iteration_span
+        from dpgm.inference.chain import forward_backward_counts
+        from dpgm.stats.expected import sequence_expected_counts
+
+        with iteration_span("dpgm-em", iteration):
+            return sequence_expected_counts(self.data, [m.arrays() for m in models], self.model.variable,
+                                            forward_backward_counts, client=self.client, progress=self.progress,
+                                            rows=rows)
+
+    def mstep(self, current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
+        return current.with_arrays(_normalize(counts["start"], current.start.values),
+                                   _normalize(counts["transition"], current.transition.values),
+                                   _normalize(counts["emission"], current.emission.values))
+
+    def vector(self, model: HiddenMarkovModel) -> np.ndarray:
+        return np.concatenate([np.asarray(a, dtype=float).ravel() for a in model.arrays()])
+
+    def unconstrained(self, model: HiddenMarkovModel) -> np.ndarray:
+        from dpgm.algorithms.squarem import group_log
+
+        return group_log(self.vector(model))
+
+    def constrained(self, vector: np.ndarray, like: HiddenMarkovModel) -> HiddenMarkovModel:
+        from dpgm.algorithms.squarem import group_softmax
+
+        flat = group_softmax(vector, self.groups, self.n_groups)
+        n, m = like.n_states, like.emission.shape[1]
+        return like.with_arrays(flat[:n], flat[n:n + n * n].reshape(n, n), flat[n + n * n:].reshape(n, m))
+
+    def to_model(self, model: HiddenMarkovModel) -> HiddenMarkovModel:
+        return model
+
+    def from_model(self, model: HiddenMarkovModel) -> HiddenMarkovModel:
+        return model
+
+    def add(self, first: dict, second: dict) -> dict:
+        return {k: first[k] + second[k] for k in first}
+
+    def subtract(self, total: dict, part: dict) -> dict:
+        return {k: total[k] - part[k] for k in total}
+
+    def row_blocks(self, n_blocks: int):
+        from dpgm.stats.expected import row_blocks
+
+        return row_blocks(self.data, [self.model.variable], n_blocks)
+
+
 def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
-             random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False) -> FitResult:
-    from dpgm.algorithms.em import em
-    from dpgm.cluster import current_client, iteration_span
-    from dpgm.inference.chain import forward_backward_counts
-    from dpgm.stats.expected import sequence_expected_counts
+             random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False,
+             accelerate=None, incremental=False, prune_restarts=False) -> FitResult:
+    from dpgm.cluster import current_client
 
     states = data_states(data)
     if model.variable not in states:
@@ -26,20 +86,11 @@ def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, 
                         f"{tuple(states[model.variable])!r}", variable=model.variable)
     client = client or current_client()
     data = maybe_persist(data, [model.variable], persist, client)
-
-    def estep(models, iteration):
-        with iteration_span("dpgm-em", iteration):
-            return sequence_expected_counts(data, [m.arrays() for m in models], model.variable,
-                                            forward_backward_counts, client=client, progress=progress)
-
-    def mstep(current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
-        return current.with_arrays(_normalize(counts["start"], current.start.values),
-                                   _normalize(counts["transition"], current.transition.values),
-                                   _normalize(counts["emission"], current.emission.values))
-
+    family = HiddenMarkovEM(model, data, client, progress)
     starts = initial_models(model, n_init, random_state, init)
-    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
-               checkpoint=checkpoint, resume=resume)
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+                   checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
+                   prune_restarts=prune_restarts)
     n_params = model.n_states * (model.n_states + model.emission.shape[1] - 1) - 1
     return em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))
 

@@ -6,7 +6,8 @@ import numpy as np
 import xarray as xr
 
 from dpgm.algorithms.result import FitResult
-from dpgm.api.glm import GLMPlan, check_first_pass, glm_result, node, plan_glm
+from dpgm.api.checks import check_tabular
+from dpgm.api.glm_node import GLMPlan, check_first_pass, glm_result, node, plan_glm
 from dpgm.api.results import fit_result
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
@@ -14,17 +15,6 @@ from dpgm.models.hybrid import HybridNetwork
 from dpgm.stats.hybrid import HybridPlan
 
 __all__ = ["fit_hybrid"]
-
-
-def check_tabular(model: HybridNetwork, variable: str, schema: Schema) -> None:
-    """A tabular node is a categorical variable with categorical parents."""
-    if not schema[variable].categorical:
-        raise DataError("is continuous: a tabular node must be categorical; give it a GLM family "
-                        f"(families={{{variable!r}: 'gaussian'}} or 'poisson')", variable=variable)
-    continuous = [p for p in model.parents(variable) if p in schema and not schema[p].categorical]
-    if continuous:
-        raise DataError(f"has continuous parents {continuous}: a table cannot condition on them; give it a logit "
-                        f"family (families={{{variable!r}: 'bernoulli'}} or 'categorical')", variable=variable)
 
 
 def plan_network(model: HybridNetwork, schema: Schema) -> tuple[HybridPlan, dict[str, GLMPlan]]:
@@ -55,15 +45,10 @@ def cpd_from_counts(variable: str, family: tuple[str, ...], flat: np.ndarray,
 
 
 def fit_hybrid(model: HybridNetwork, data, method: str | None, *, tol, max_iter, client, progress, callback,
-               missing: str = "refuse", **options) -> FitResult:
+               missing: str = "refuse") -> FitResult:
     """Fit a hybrid network: see :func:`dpgm.fit` and :class:`~dpgm.HybridNetwork`."""
     from dpgm.stats.hybrid import hybrid_pass
 
-    if method == "em":
-        from dpgm.api.hybrid_em import fit_hybrid_em
-
-        return fit_hybrid_em(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                             callback=callback, **options)
     if method not in (None, "mle"):
         raise ValueError(f"a HybridNetwork is fitted by method='mle' (complete data) or 'em', not {method!r}")
     if not isinstance(data, xr.Dataset):

@@ -9,7 +9,7 @@ normalizes the expected counts and takes, per GLM node and latent state, the IRL
 step with weights ``w r_k`` -- exact weighted least squares for a gaussian child
 (so the iteration is EM proper), one Newton step for the logit and log links (a
 generalized EM step). The loop, restarts and stopping rule are
-:func:`dpgm.algorithms.em.em`'s.
+:func:`dpgm.algorithms.em.em`'s (:class:`HybridEM` is the family).
 
 References
 ----------
@@ -25,8 +25,8 @@ import xarray as xr
 
 from dpgm.algorithms.irls import solve_normal_equations
 from dpgm.algorithms.result import FitResult
-from dpgm.api.glm import GLMPlan, plan_glm
-from dpgm.api.hybrid import check_tabular
+from dpgm.api.checks import check_tabular
+from dpgm.api.glm_node import GLMPlan, plan_glm
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.glm import GLMConditional
@@ -171,6 +171,45 @@ def _parameters(plan: LatentPlan, network: HybridNetwork) -> dict:
     return params
 
 
+class HybridEM:
+    """The EM family of a hybrid network with one latent root (see :class:`dpgm.algorithms.em.EMFamily`)."""
+
+    def __init__(self, model: HybridNetwork, plan: LatentPlan, plans, schema, data, client, progress):
+        self.model, self.plan, self.plans, self.schema = model, plan, plans, schema
+        self.data, self.client, self.progress = data, client, progress
+
+    def estep(self, restarts: list[dict], iteration: int, rows=None) -> list[tuple[float, dict]]:
+        from dpgm.cluster import iteration_span
+        from dpgm.stats.hybrid_em import latent_pass
+
+        if rows is not None:
+            raise NotImplementedError("incremental EM is not offered for hybrid networks")
+        with iteration_span("dpgm-em", iteration):
+            results = latent_pass(self.data, self.plan, restarts, client=self.client, progress=self.progress)
+        for params, stats in zip(restarts, results, strict=True):
+            params["last"] = stats  # the statistics at the parameters: standard errors of the returned model
+        return [(stats["loglik"], stats) for stats in results]
+
+    def mstep(self, params: dict, stats: dict) -> dict:
+        return _mstep(self.plan, self.plans, params, stats)
+
+    def vector(self, params: dict) -> np.ndarray:
+        return np.concatenate([np.nan_to_num(np.ravel(np.asarray(leaf, dtype=float)), neginf=-700.0)
+                               for leaf in _leaves({k: v for k, v in params.items() if k not in ("last", "seed")})])
+
+    def to_model(self, params: dict) -> HybridNetwork:
+        return _labelled(self.model, self.plan, self.plans, params, self.schema)
+
+    def from_model(self, network: HybridNetwork) -> dict:
+        return _parameters(self.plan, network)
+
+
+def _leaves(tree) -> list:
+    if isinstance(tree, dict):
+        return [leaf for key in sorted(tree) for leaf in _leaves(tree[key])]
+    return [tree]
+
+
 def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
                   random_state=None, persist: bool = False, checkpoint=None, resume=None) -> FitResult:
     """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`."""
@@ -192,19 +231,9 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
             starts = latent_pass(data, plan, [{"seed": int(s)} for s in seeds], client=client, progress=progress)
         models = [_mstep(plan, plans, None, stats) for stats in starts]
 
-    def estep(restarts: list[dict], iteration: int) -> list[tuple[float, dict]]:
-        with iteration_span("dpgm-em", iteration):
-            results = latent_pass(data, plan, restarts, client=client, progress=progress)
-        for params, stats in zip(restarts, results, strict=True):
-            params["last"] = stats  # the statistics at the parameters: standard errors of the returned model
-        return [(stats["loglik"], stats) for stats in results]
-
-    def mstep(params: dict, stats: dict) -> dict:
-        return _mstep(plan, plans, params, stats)
-
-    state = em(models, estep, mstep, max_iter=max_iter, tol=tol, callback=callback, checkpoint=checkpoint,
-               resume=resume, to_model=lambda params: _labelled(model, plan, plans, params, schema),
-               from_model=lambda network: _parameters(plan, network))
+    family = HybridEM(model, plan, plans, schema, data, client, progress)
+    state = em(family, models, max_iter=max_iter, tol=tol, callback=callback, checkpoint=checkpoint,
+               resume=resume)
     state.passes += resume is None  # the random starts' pass
     fitted = state.models[state.best]
     result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(data, client))

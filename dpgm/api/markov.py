@@ -8,6 +8,7 @@ from dpgm.algorithms.features import FeatureSet
 from dpgm.algorithms.goodness import saturated_goodness_of_fit
 from dpgm.algorithms.result import FitResult
 from dpgm.algorithms.tables import JointEngine, engine_for, loglik_from_potentials, zero_offsets
+from dpgm.algorithms.weights import WEIGHT_METHODS, fit_weights
 from dpgm.api.checks import (
     check_variables,
     counts_with_zeros,
@@ -15,13 +16,12 @@ from dpgm.api.checks import (
     saturated_scope,
     structural_zeros_for,
 )
-from dpgm.api.log_linear import fit_features
 from dpgm.api.results import fit_result
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
 
-_MARKOV_METHODS = ("ipf", "closed_form", "gis", "lbfgs", "newton")
+_MARKOV_METHODS = ("ipf", "closed_form", *WEIGHT_METHODS)
 
 
 def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, client, progress, callback,
@@ -42,15 +42,6 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
         raise ValueError(f"loglik_tol applies to method='ipf', not {method!r}")
     if method == "closed_form" and zeros is not None:
         raise ValueError("closed_form does not take structural zeros; use method='ipf'")
-    if method in ("gis", "lbfgs", "newton"):
-        # one indicator feature per cell of each scope, as LogLinearModel.from_margins, without its labels
-        features = FeatureSet.indicators({s: model.potentials[s].shape for s in scopes})
-        fitted = model.with_structural_zeros(zeros)
-        return fit_features(features, np.zeros(features.n_features),
-                            lambda theta: fitted.with_log_potentials(features.log_potentials(theta)), data, method,
-                            model.variables, states, zeros, hierarchical_free_parameters(scopes, model.states),
-                            tol=tol, max_iter=max_iter, client=client, progress=progress, callback=callback,
-                            l1=l1, l2=l2, goodness_of_fit=goodness_of_fit)
     offsets = zero_offsets(zeros)
     cards = {v: model.cardinality(v) for v in model.variables}
     # the junction tree before the pass: a model too dense for exact IPF is refused (TreeTooLarge)
@@ -60,29 +51,39 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     tables = counts_with_zeros(data, list(scopes) + ([saturated] if saturated else []), zeros, client, progress)
     n = float(tables.n_rows)
     counts = {s: np.asarray(tables[s], dtype=float) for s in scopes}
-    with np.errstate(divide="ignore"):
-        init = {s: np.log(model.potentials[s].values) for s in scopes}
-    if method == "closed_form":
-        if any(np.isneginf(t).any() for t in init.values()):
-            raise ValueError("closed_form does not take potentials with zeros; use method='ipf'")
-        log_potentials = decomposable_mle(scopes, counts)
-        history, converged, n_iter = [], True, 0
-    else:
-        state = tree_ipf(counts, model.variables, cards, init=init, max_iter=max_iter, tol=tol,
-                         loglik_tol=loglik_tol, callback=callback, fixed=offsets, structure=structure)
-        log_potentials, history, converged, n_iter = (state.log_potentials, state.history, state.converged,
-                                                      state.n_iter)
-    fitted = model.with_structural_zeros(zeros).with_log_potentials(log_potentials)
     engine = engine_for(model.variables, states, offsets)
-    _, log_z = engine({s: log_potentials[s] for s in scopes}, [])
     n_params = hierarchical_free_parameters(scopes, model.states)
-    goodness = None
-    if saturated and isinstance(engine, JointEngine):
-        # one indicator per margin cell, as LogLinearModel.from_margins (only the design's rank is used)
-        features = FeatureSet.indicators({s: counts[s].shape for s in scopes})
-        goodness = saturated_goodness_of_fit(features, engine, {s: log_potentials[s] for s in scopes},
-                                             tables[saturated], saturated, n_params)
-    return fit_result(fitted, method, loglik=loglik_from_potentials(counts, log_potentials, log_z, n),
-                      converged=converged, n_iter=n_iter, n_rows=n, n_params=n_params, history=history,
-                      goodness=goodness)
-
+    # one indicator per margin cell, as LogLinearModel.from_margins (without its labels): the weights
+    # methods fit them; goodness of fit uses only the design's rank
+    joint = isinstance(engine, JointEngine)
+    features = (FeatureSet.indicators({s: counts[s].shape for s in scopes})
+                if method in WEIGHT_METHODS or (saturated and joint) else None)
+    loglik = None
+    if method in WEIGHT_METHODS:
+        run = fit_weights(features, features.expectations(counts) / n, engine, method,
+                          theta=np.zeros(features.n_features), n=n, max_iter=max_iter, tol=tol, callback=callback,
+                          l1=l1, l2=l2)
+        log_potentials = features.log_potentials(run.parameters)
+        loglik, history, converged, n_iter = run.loglik, run.history, run.converged, run.n_iter
+    else:
+        with np.errstate(divide="ignore"):
+            init = {s: np.log(model.potentials[s].values) for s in scopes}
+        if method == "closed_form":
+            if any(np.isneginf(t).any() for t in init.values()):
+                raise ValueError("closed_form does not take potentials with zeros; use method='ipf'")
+            log_potentials = decomposable_mle(scopes, counts)
+            history, converged, n_iter = [], True, 0
+        else:
+            state = tree_ipf(counts, model.variables, cards, init=init, max_iter=max_iter, tol=tol,
+                             loglik_tol=loglik_tol, callback=callback, fixed=offsets, structure=structure)
+            log_potentials, history, converged, n_iter = (state.log_potentials, state.history, state.converged,
+                                                          state.n_iter)
+    fitted = model.with_structural_zeros(zeros).with_log_potentials(log_potentials)
+    log_potentials = {s: log_potentials[s] for s in scopes}
+    if loglik is None:
+        _, log_z = engine(log_potentials, [])
+        loglik = loglik_from_potentials(counts, log_potentials, log_z, n)
+    goodness = (saturated_goodness_of_fit(features, engine, log_potentials, tables[saturated], saturated, n_params)
+                if saturated and joint else None)
+    return fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
+                      n_params=n_params, history=history, goodness=goodness)

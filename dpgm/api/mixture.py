@@ -7,12 +7,15 @@ import xarray as xr
 
 from dpgm.algorithms.mixture import (
     MixtureParameters,
+    from_unconstrained,
     initial_parameters,
     m_step,
     parameters_from_init,
+    recentre,
+    unconstrained_vector,
 )
 from dpgm.algorithms.result import FitResult
-from dpgm.api.em_control import em_result, event_callback, maybe_persist, total_rows
+from dpgm.api.em_control import em_result, maybe_persist, run_em, total_rows
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.mixture import GaussianMixture, full_covariances
@@ -75,9 +78,71 @@ def _starts(model, data, weight, n_init, random_state, init, reg_covar, client, 
             for _ in range(n_init)], drawn["counts"]
 
 
+class MixtureEM:
+    """EM for a Gaussian mixture as an EM family (:func:`dpgm.stats.mixture.estep_pass`, then
+    :func:`dpgm.algorithms.mixture.m_step`).
+
+    The E step's statistics carry the means they are centred on (``centre``) and are
+    moved to one centre before they are added or used (:func:`dpgm.algorithms.mixture.recentre`).
+    SQUAREM works on log weights (softmax), means and Cholesky factors with log diagonals.
+    """
+
+    def __init__(self, model: GaussianMixture, data, weight, counts: dict, reg_covar: float, client, progress):
+        self.model, self.data, self.weight, self.counts = model, data, weight, counts
+        self.reg_covar, self.client, self.progress = reg_covar, client, progress
+        self.covariance_type = model.covariance_type
+        self.structure = model.structure()
+
+    def estep(self, parameters: list[MixtureParameters], iteration: int, rows=None):
+        from dpgm.cluster import compute, iteration_span
+        from dpgm.stats.mixture import estep_pass
+
+        diagonal = self.covariance_type in ("diag", "spherical")
+        restarts = [(_component_parameters(p, self.covariance_type), diagonal) for p in parameters]
+        with iteration_span("dpgm-em", iteration):
+            total = compute(estep_pass(self.data, self.model.variables, self.weight, restarts, rows=rows),
+                            client=self.client, progress=self.progress)
+        if rows is None:
+            self.counts.update(total["counts"])
+        return [(s["loglik"], {**s, "centre": p.means}) for s, p in zip(total["restarts"], parameters, strict=True)]
+
+    def mstep(self, current: MixtureParameters, statistics) -> MixtureParameters:
+        return m_step(recentre(statistics, current.means), current, self.covariance_type, self.reg_covar,
+                      self.model.variables)
+
+    def vector(self, parameters: MixtureParameters) -> np.ndarray:
+        return np.concatenate([parameters.weights.ravel(), parameters.means.ravel(), parameters.covariances.ravel()])
+
+    def unconstrained(self, parameters: MixtureParameters) -> np.ndarray:
+        return unconstrained_vector(parameters, self.covariance_type)
+
+    def constrained(self, vector: np.ndarray, like: MixtureParameters) -> MixtureParameters:
+        return from_unconstrained(vector, like, self.covariance_type)
+
+    def to_model(self, parameters: MixtureParameters) -> GaussianMixture:
+        return self.structure.with_parameters(parameters.weights, parameters.means, parameters.covariances)
+
+    def from_model(self, mixture: GaussianMixture) -> MixtureParameters:
+        return MixtureParameters(mixture.weights.values, mixture.means.values, mixture.covariances.values)
+
+    def add(self, first: dict, second: dict) -> dict:
+        second = recentre(second, first["centre"])
+        return {**first, **{k: first[k] + second[k] for k in ("loglik", "nk", "s1", "s2")}}
+
+    def subtract(self, total: dict, part: dict) -> dict:
+        part = recentre(part, total["centre"])
+        return {**total, **{k: total[k] - part[k] for k in ("loglik", "nk", "s1", "s2")}}
+
+    def row_blocks(self, n_blocks: int):
+        from dpgm.stats.expected import row_blocks
+
+        return row_blocks(self.data, list(self.model.variables), n_blocks)
+
+
 def fit_gaussian_mixture(model: GaussianMixture, data, *, tol, max_iter, client, progress, callback,
                          n_init: int = 1, random_state=None, init=None, reg_covar: float = 1e-6,
-                         checkpoint=None, resume=None, persist: bool = False) -> FitResult:
+                         checkpoint=None, resume=None, persist: bool = False, accelerate=None,
+                         incremental=False, prune_restarts=False) -> FitResult:
     """EM for a Gaussian mixture: see :func:`dpgm.fit`.
 
     Each iteration is one pass (:func:`dpgm.stats.mixture.estep_pass`) computing the
@@ -87,37 +152,18 @@ def fit_gaussian_mixture(model: GaussianMixture, data, *, tol, max_iter, client,
     (``"random"``), the model's parameters (``"model"``) or a dict of ``weights``,
     ``means`` and ``covariances`` or ``precisions``.
     """
-    from dpgm.algorithms.em import em
-    from dpgm.cluster import compute, current_client, iteration_span
-    from dpgm.stats.mixture import estep_pass
+    from dpgm.cluster import current_client
 
     weight = _check_data(model, data)
     client = client or current_client()
     covariance_type = model.covariance_type
-    diagonal_statistics = covariance_type in ("diag", "spherical")
     starts, counts = ([], {}) if resume is not None else _starts(
         model, data, weight, n_init, random_state, init, reg_covar, client, progress)
     data = maybe_persist(data, model.variables, persist, client)
-    structure = model.structure()
-
-    def to_model(parameters: MixtureParameters) -> GaussianMixture:
-        return structure.with_parameters(parameters.weights, parameters.means, parameters.covariances)
-
-    def from_model(mixture: GaussianMixture) -> MixtureParameters:
-        return MixtureParameters(mixture.weights.values, mixture.means.values, mixture.covariances.values)
-
-    def estep(parameters: list[MixtureParameters], iteration: int):
-        restarts = [(_component_parameters(p, covariance_type), diagonal_statistics) for p in parameters]
-        with iteration_span("dpgm-em", iteration):
-            total = compute(estep_pass(data, model.variables, weight, restarts), client=client, progress=progress)
-        counts.update(total["counts"])
-        return [(s["loglik"], s) for s in total["restarts"]]
-
-    def mstep(current: MixtureParameters, statistics) -> MixtureParameters:
-        return m_step(statistics, current, covariance_type, reg_covar, model.variables)
-
-    state = em(starts, estep, mstep, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
-               checkpoint=checkpoint, resume=resume, to_model=to_model, from_model=from_model)
+    family = MixtureEM(model, data, weight, counts, reg_covar, client, progress)
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+                   checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
+                   prune_restarts=prune_restarts)
     rows = counts["rows"] if "rows" in counts else total_rows(data, client)
     empty = counts.get("empty", 0.0)
     result = em_result(state, "em", n_params=model.n_free_parameters(), n_rows=rows - empty)

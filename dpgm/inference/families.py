@@ -253,9 +253,14 @@ class FamilyParameters:
         self.theta = theta
 
     def expected_counts(self, codes: np.ndarray, variables: Sequence[str],
-                        weights: np.ndarray | None = None) -> tuple[float, np.ndarray, float]:
-        """See :meth:`FamilyPlan.expected_counts`."""
-        return self.plan.expected_counts(self.theta, codes, variables, weights)
+                        weights: np.ndarray | None = None) -> tuple[float, dict[str, np.ndarray | float]]:
+        """The E-step protocol (:mod:`dpgm.stats.expected`): ``(loglik, {"counts", "tree_rows"})``.
+
+        ``counts`` are the expected family counts (the layout of ``θ``), ``tree_rows``
+        the rows that went through the junction tree (see :meth:`FamilyPlan.expected_counts`).
+        """
+        loglik, counts, tree_rows = self.plan.expected_counts(self.theta, codes, variables, weights)
+        return loglik, {"counts": counts, "tree_rows": tree_rows}
 
     def __dask_tokenize__(self):
         theta = np.ascontiguousarray(self.theta)

@@ -1,5 +1,14 @@
 """Expected counts for EM: one pass, each chunk running batched inference for its rows.
 
+The E-step protocol, honoured by every E step of dpgm (Bayesian networks, Markov
+networks and log-linear models, hidden Markov models, Gaussian mixtures): an
+E-step object's ``expected_counts(codes, variables, weights)`` (or the pass over
+all chunks) returns ``(loglik, statistics)``: ``loglik`` a float, the weighted
+log-likelihood of its rows; ``statistics`` a dict of expected sufficient
+statistics, additive over rows (partials of chunks are added leaf by leaf, see
+:func:`dpgm.stats.engine.add_partials`). A pass over several parameter sets
+(restarts) returns one such pair per set.
+
 The chunk kernel gathers the chunk's observed columns into an int code matrix
 (``-1`` = missing), and asks each restart's compiled junction tree for the
 weighted sum of its rows' posterior tables and their log-likelihood. The
@@ -8,14 +17,15 @@ junction trees travel once per pass, as one shared key of the graph.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import xarray as xr
 
 from dpgm.cluster import compute
-from dpgm.data.columns import zarr_columns
+from dpgm.data.columns import ZarrColumns, zarr_columns
 from dpgm.data.io import _check_weights
 from dpgm.data.schema import WEIGHT, Schema
 from dpgm.stats.engine import map_reduce
@@ -23,7 +33,49 @@ from dpgm.stats.engine import map_reduce
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["expected_counts"]
+__all__ = ["ExpectedStatistics", "expected_counts", "row_blocks", "select_rows", "sequence_expected_counts"]
+
+
+class ExpectedStatistics(Protocol):
+    """What an E-step object offers a chunk kernel (the protocol stated above)."""
+
+    def expected_counts(self, codes: np.ndarray, variables: Sequence[str],
+                        weights: np.ndarray | None = None) -> tuple[float, dict[str, Any]]:
+        """``(loglik, statistics)`` of the rows ``codes`` (``-1`` = missing), weighted."""
+        ...
+
+
+def select_rows(arrays: Any, rows: tuple[int, int] | None) -> Any:
+    """The columns of rows ``[start, stop)`` (whole chunks: chunk tasks stay chunk tasks)."""
+    if rows is None:
+        return arrays
+    start, stop = rows
+    if isinstance(arrays, ZarrColumns):
+        first, last = arrays.starts.index(start), arrays.starts.index(stop)
+        return dataclasses.replace(arrays, starts=arrays.starts[first:last + 1])
+    return {k: a[start:stop] for k, a in arrays.items()}
+
+
+def _row_starts(arrays: Any, n_blocks: int) -> tuple[int, ...]:
+    """Chunk boundaries along ``row`` (in-memory arrays: ``n_blocks`` equal slices)."""
+    if isinstance(arrays, ZarrColumns):
+        return tuple(arrays.starts)
+    from dpgm.stats.engine import row_chunks
+
+    chunks = row_chunks(arrays)
+    if not chunks:
+        n = len(next(iter(arrays.values())))
+        return tuple(sorted({round(b * n / n_blocks) for b in range(n_blocks + 1)}))
+    return tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
+
+
+def row_blocks(data: xr.Dataset, variables: Sequence[str], n_blocks: int) -> list[tuple[int, int]]:
+    """At most ``n_blocks`` consecutive row ranges of whole chunks (about equal numbers of chunks)."""
+    needed = [*variables, *([WEIGHT] if WEIGHT in data.variables else [])]
+    starts = _row_starts(zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}, n_blocks)
+    n_chunks = len(starts) - 1
+    edges = sorted({round(b * n_chunks / min(n_blocks, n_chunks)) for b in range(min(n_blocks, n_chunks) + 1)})
+    return [(starts[a], starts[b]) for a, b in zip(edges, edges[1:], strict=False)]
 
 
 def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
@@ -54,6 +106,7 @@ def expected_counts(
     client: Client | None = None,
     progress: bool = False,
     name: str = "dpgm-estep",
+    rows: tuple[int, int] | None = None,
 ) -> list[tuple[float, dict]]:
     """One pass: each tree's ``(loglik, expected clique counts)`` summed over all rows.
 
@@ -70,12 +123,15 @@ def expected_counts(
         Where and how to run the pass.
     name
         Task-key prefix in the dashboard.
+    rows
+        Only rows ``[start, stop)`` (whole chunks, see :func:`row_blocks`); all by default.
     """
     schema = Schema.from_dataset(data)
     variables = list(variables)
     schema.check_scopes([tuple(variables)])
     needed = [*variables, *([WEIGHT] if schema.weight else [])]
     arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
+    arrays = select_rows(arrays, rows)
     shared = (list(trees), variables, [schema[v].cardinality for v in variables])
     lazy = map_reduce(arrays, _estep_kernel, name=name, shared=shared)
     return compute(lazy, client=client, progress=progress)
@@ -109,6 +165,7 @@ def sequence_expected_counts(
     *,
     client: Client | None = None,
     progress: bool = False,
+    rows: tuple[int, int] | None = None,
 ) -> list[tuple[float, dict]]:
     """One pass of forward-backward over (``row``, ``time``) sequences, for several parameter sets.
 
@@ -125,6 +182,7 @@ def sequence_expected_counts(
         raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
     needed = [variable, *([WEIGHT] if schema.weight else [])]
     arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
+    arrays = select_rows(arrays, rows)
     shared = (list(parameters), variable, schema[variable].cardinality, counts)
     lazy = map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared)
     return compute(lazy, client=client, progress=progress)

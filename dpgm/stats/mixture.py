@@ -268,13 +268,18 @@ def _arrays(data: Any, variables: Sequence[str], weight: str | None) -> Any:
 
 
 def estep_pass(data: Any, variables: Sequence[str], weight: str | None,
-               restarts: Sequence[tuple[ComponentParameters, bool]], *, name: str = "dpgm-estep") -> Any:
+               restarts: Sequence[tuple[ComponentParameters, bool]], *, name: str = "dpgm-estep",
+               rows: tuple[int, int] | None = None) -> Any:
     """One pass computing :func:`estep_chunk`'s statistics of every restart (lazy on Dask-backed data).
 
-    Returns ``{"counts": {rows, incomplete, empty}, "restarts": [{loglik, nk, s1, s2}, ...]}``.
+    Returns ``{"counts": {rows, incomplete, empty}, "restarts": [{loglik, nk, s1, s2}, ...]}``;
+    ``rows``: only rows ``[start, stop)``, whole chunks (see :func:`dpgm.stats.expected.row_blocks`).
     """
+    from dpgm.stats.expected import select_rows
+
     kernel = functools.partial(_estep_kernel, variables=tuple(variables), weight=weight)
-    return map_reduce(_arrays(data, variables, weight), kernel, name=name, shared=list(restarts))
+    return map_reduce(select_rows(_arrays(data, variables, weight), rows), kernel, name=name,
+                      shared=list(restarts))
 
 
 # ---------------------------------------------------------------- a row sample for initialisation
