@@ -2,7 +2,7 @@
 
 The input is cut into *blocks*: a Parquet row group, a byte range of an
 uncompressed CSV (``blocksize`` bytes at most, a sixteenth of the input down to
-4 MiB, cut at line ends), or a whole compressed
+16 MiB, cut at line ends), or a whole compressed
 CSV. Two passes, one task per block each:
 
 1. **discover**: each block reports, per column, its distinct values in order of
@@ -114,8 +114,8 @@ def _files(source: str, storage_options: dict | None) -> list[str]:
 
 BLOCKS = 16
 """Byte ranges an uncompressed CSV input is cut into at least (as chunks: several per worker) ..."""
-SMALLEST_BLOCK = 4 * 2**20
-"""... unless they would be smaller than this (4 MiB): a small file is a few tasks."""
+SMALLEST_BLOCK = 16 * 2**20
+"""... unless they would be smaller than this (16 MiB): a small file is a few tasks."""
 
 
 def _blocks(files: list[str], blocksize: int | None, storage_options: dict | None) -> list[_Block]:
@@ -426,7 +426,7 @@ def convert(
         Passed to fsspec, for the input and the store.
     blocksize
         Bytes of uncompressed CSV one task reads at most (None: whole files); smaller
-        where that gives the input fewer than 16 blocks, down to 4 MiB, so every
+        where that gives the input fewer than 16 blocks, down to 16 MiB, so every
         worker gets several.
     client
         Dask client whose workers read and write the blocks (default: the active
