@@ -106,7 +106,7 @@ def test_latent_class_model(tmp_path, client):
     questions = {f"q{i}": ["a", "b", "c"] for i in range(6)}
     truth = dpgm.latent_class_model(questions, 3).randomized(np.random.default_rng(1), concentration=0.5)
     ds = dpgm.sample_bayesian_network(truth, 4000, None, seed=2, missing=0.1).drop_vars("class")
-    dpgm.write_dataset(ds, tmp_path / "l.zarr", chunk_rows=500)
+    dpgm.write_dataset(ds, tmp_path / "l.zarr", chunk_rows=1000)
     codes = {q: ds[q].values for q in questions}
     start = _near(truth, 5)
     _check_variants(start, tmp_path / "l.zarr", client, lambda m: _brute_force_loglik(m, codes, 4000),
@@ -143,7 +143,7 @@ def test_hidden_markov_model(tmp_path, client):
     sequences = (rng.random((n_sequences, length))[..., None] > cumulative).sum(axis=2)
     sequences[rng.random(sequences.shape) < 0.1] = -1
     ds = xr.Dataset({"obs": (("row", "time"), sequences.astype(np.int8), {"states": list("abc")})})
-    dpgm.write_dataset(ds, tmp_path / "h.zarr", chunk_rows=50)
+    dpgm.write_dataset(ds, tmp_path / "h.zarr", chunk_rows=100)
     other = dpgm.hmm(2, list("abc")).randomized(np.random.default_rng(2))
     start = truth.with_arrays(*(0.6 * a + 0.4 * b for a, b in zip(truth.arrays(), other.arrays(), strict=True)))
     _check_variants(start, tmp_path / "h.zarr", client, lambda m: _hmm_brute_force(m, sequences), init="model")
@@ -155,7 +155,7 @@ def test_gaussian_mixture(tmp_path, client):
                         rng.multivariate_normal([1.5, 1.0], [[1, -0.2], [-0.2, 0.6]], 700),
                         rng.multivariate_normal([-1, 2], [[0.5, 0], [0, 0.5]], 400)])
     x = rng.permutation(x)
-    dpgm.write_dataset(dpgm.from_pandas(pd.DataFrame(x, columns=["a", "b"])), tmp_path / "g.zarr", chunk_rows=250)
+    dpgm.write_dataset(dpgm.from_pandas(pd.DataFrame(x, columns=["a", "b"])), tmp_path / "g.zarr", chunk_rows=500)
     init = {"weights": np.full(3, 1 / 3), "means": x[:3].copy(), "covariances": np.stack([np.eye(2)] * 3)}
     model = dpgm.GaussianMixture(3, ["a", "b"])
 
