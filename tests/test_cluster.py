@@ -45,3 +45,33 @@ def test_cli_counts_against_real_scheduler(tmp_path, scheduler_file):
                           "--json"], capture_output=True, text=True, env=env, timeout=120, check=True)
     expected = dpgm.counts(ds, [("either", "xray")])[("either", "xray")]
     assert json.loads(out.stdout)["tables"]["either,xray"]["counts"] == expected.values.tolist()
+
+
+def _slow_sum(values):
+    import time
+
+    time.sleep(1.2)
+    return sum(values)
+
+
+def test_batch_progress_lines_report_long_passes_only(client, monkeypatch, caplog):
+    """progress="lines": a pass longer than LINE_SECONDS logs task counts, then one closing line
+    (with the right result); a short pass logs only the closing line."""
+    import logging
+
+    import dask
+
+    from dpgm import cluster
+
+    monkeypatch.setattr(cluster, "LINE_SECONDS", 0.4)
+    parts = [dask.delayed(int)(i) for i in range(5)]
+    with caplog.at_level(logging.INFO, logger="dpgm"):
+        assert cluster.compute(dask.delayed(_slow_sum)(parts), client=client, progress="lines") == 10
+    lines = [r.getMessage() for r in caplog.records if r.name == "dpgm"]
+    assert any(line.startswith("pass: ") and "tasks done" in line for line in lines), lines
+    assert lines[-1].startswith("pass finished after "), lines
+    assert float(lines[-1].split()[-2]) >= 1.2
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpgm"):
+        assert cluster.compute(dask.delayed(sum)(parts), client=client, progress="lines") == 10
+    assert [r.getMessage().split(" after")[0] for r in caplog.records if r.name == "dpgm"] == ["pass finished"]

@@ -189,10 +189,11 @@ def _until(condition, timeout: float, message: str, root: Path) -> None:
         time.sleep(0.2)
 
 
-# A latent class model whose EM converges after 375 iterations (~0.15 s each on one
-# worker with a checkpoint, here): stopped ~30 s into a two-minute allocation
-# (DPGM_STOP_BEFORE_END=90), finished in the next one on a quiet machine; on a loaded one
-# (0.5 s an iteration) in up to eight allocations of ~37 s, which the wait allows for.
+# A latent class model whose EM converges after 375 iterations (~0.1 s each on one worker
+# with a checkpoint, here): stopped ~30 s into a two-minute allocation
+# (DPGM_STOP_BEFORE_END=90) after ~200 iterations, finished in the next one or two on a quiet
+# machine; on a loaded one (0.5 s an iteration) in up to eight allocations of ~37 s, which the
+# wait allows for.
 LCA = """\
 model: latent_class
 n_classes: 3
