@@ -334,13 +334,17 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool | str = Fa
     if progress == "lines":
         _line_progress(future)
     elif progress:
-        from distributed import progress as show_progress
+        from distributed.diagnostics.progressbar import TextProgressBar
 
-        show_progress(future, notebook=False)
+        try:  # a bar only for a pass that lasts: its listener would hold a short pass to its 100 ms ticks
+            future.result(timeout=BAR_AFTER_SECONDS)
+        except TimeoutError:
+            TextProgressBar([future], scheduler=future.client.scheduler.address)
     return future.result()
 
 
 LINE_SECONDS = 10.0
+BAR_AFTER_SECONDS = 1.0
 
 
 def _line_progress(future: Any) -> None:

@@ -75,3 +75,16 @@ def test_batch_progress_lines_report_long_passes_only(client, monkeypatch, caplo
     with caplog.at_level(logging.INFO, logger="dpgm"):
         assert cluster.compute(dask.delayed(sum)(parts), client=client, progress="lines") == 10
     assert [r.getMessage().split(" after")[0] for r in caplog.records if r.name == "dpgm"] == ["pass finished"]
+
+
+def test_terminal_bar_is_drawn_for_long_passes_only(client, monkeypatch, capsys):
+    import dask
+
+    from dpgm import cluster
+
+    monkeypatch.setattr(cluster, "BAR_AFTER_SECONDS", 0.3)
+    parts = [dask.delayed(int)(i) for i in range(5)]
+    assert cluster.compute(dask.delayed(_slow_sum)(parts), client=client, progress=True) == 10
+    assert "100% Completed" in capsys.readouterr().out
+    assert cluster.compute(dask.delayed(sum)(parts), client=client, progress=True) == 10
+    assert capsys.readouterr().out == ""
