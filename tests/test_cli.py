@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -139,12 +140,17 @@ def test_drop_makes_an_observed_column_latent_from_the_command_line(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(json.dumps({"model": "bayesian_network", "edges": edges, "latent": {"either": ["yes", "no"]},
                                 "random_state": 1, "max_iter": 500, "tol": 1e-6}))
-    refused = run("fit", spec, store, "--out", tmp_path / "m0.zarr", "--workers", "1", check=False)
-    assert refused.returncode == 78 and "--drop either" in refused.stderr
-    run("fit", spec, store, "--out", tmp_path / "m1.zarr", "--drop", "either", "--workers", "1", check=False)
     in_spec = tmp_path / "spec-drop.yaml"
     in_spec.write_text(json.dumps({**json.loads(spec.read_text()), "drop": ["either"]}))
-    run("fit", in_spec, store, "--out", tmp_path / "m2.zarr", "--workers", "1", check=False)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:  # four independent processes
+        refused = pool.submit(run, "fit", spec, store, "--out", tmp_path / "m0.zarr", "--workers", "1", check=False)
+        fits = [pool.submit(run, "fit", spec, store, "--out", tmp_path / "m1.zarr", "--drop", "either", "--workers", "1"),
+                pool.submit(run, "fit", in_spec, store, "--out", tmp_path / "m2.zarr", "--workers", "1")]
+        unknown = pool.submit(run, "fit", spec, store, "--out", tmp_path / "m3.zarr", "--drop", "nope", check=False)
+    refused, unknown = refused.result(), unknown.result()
+    for fit in fits:
+        fit.result()  # raises with the process's stderr if it failed
+    assert refused.returncode == 78 and "--drop either" in refused.stderr
     structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
     expected = dpgm.fit(structure, dpgm.open_dataset(store).drop_vars("either"), method="em", random_state=1,
                         max_iter=500, tol=1e-6)
@@ -152,7 +158,6 @@ def test_drop_makes_an_observed_column_latent_from_the_command_line(tmp_path):
         fitted = dpgm.load(tmp_path / path)
         for v in truth.variables:
             np.testing.assert_allclose(fitted.cpds[v].values, expected.model.cpds[v].values, rtol=1e-12)
-    unknown = run("fit", spec, store, "--out", tmp_path / "m3.zarr", "--drop", "nope", check=False)
     assert unknown.returncode == 78 and "cannot drop ['nope']" in unknown.stderr
 
 

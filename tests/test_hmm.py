@@ -100,9 +100,11 @@ def test_cli_fit_killed_and_resumed_equals_uninterrupted(tmp_path):
                     "n_init: 2\nmax_iter: 30\ntol: 0.0\n")
     env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
     command = [sys.executable, "-m", "dpgm.cli", "fit", str(spec), str(tmp_path / "seq.zarr"), "--workers", "2"]
-    full = subprocess.run([*command, "--out", str(tmp_path / "full.zarr")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert full.returncode == 3, full.stderr  # tol 0: stops at max_iter, the documented exit code
+    # the uninterrupted fit runs beside the one that is killed
+    full_log = tmp_path / "full.log"
+    with full_log.open("w") as log:  # a file, not a pipe nobody reads while waiting
+        full = subprocess.Popen([*command, "--out", str(tmp_path / "full.zarr")], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
     checkpoint = tmp_path / "ckpt"
     killed = subprocess.Popen([*command, "--out", str(tmp_path / "part.zarr"), "--checkpoint", str(checkpoint)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -115,6 +117,8 @@ def test_cli_fit_killed_and_resumed_equals_uninterrupted(tmp_path):
     killed.kill()
     killed.wait()
     assert not (tmp_path / "part.zarr").exists()
+    full.wait(timeout=300)
+    assert full.returncode == 3, full_log.read_text()  # tol 0: stops at max_iter, the documented exit code
     resumed = subprocess.run([*command, "--out", str(tmp_path / "resumed.zarr"), "--checkpoint", str(checkpoint),
                               "--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 3, resumed.stderr
