@@ -231,11 +231,13 @@ def parameter_change(before, after) -> float:
     A parameter equal in both (``-inf`` for a structural or fitted zero included)
     changed by 0; one that became infinite changed by ``inf``.
     """
-    if isinstance(before, Mapping):
+    if not isinstance(before, np.ndarray) and isinstance(before, Mapping):  # ndarray first: an ABC check is slow
         return max((parameter_change(before[k], after[k]) for k in before), default=0.0)
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     if before.size == 0:
         return 0.0
+    if np.isfinite(before).all() and np.isfinite(after).all():  # the common case, without an errstate context
+        return float(np.abs(after - before).max())
     with np.errstate(invalid="ignore"):
         difference = np.where(before == after, 0.0, np.abs(after - before))
     return float(np.max(difference))
