@@ -50,6 +50,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
+from benchmarks.graphs import ring_with_chords  # noqa: E402
 from benchmarks.timing import timed  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -269,20 +270,6 @@ GGM_P = 200
 GGM_CHUNK = 250_000
 
 
-def _ggm_graph(p: int = GGM_P) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """A ring plus ``p`` random chords, and a precision with that pattern (positive definite)."""
-    rng = np.random.default_rng(2)
-    pairs = {(i, (i + 1) % p) if i + 1 < p else (0, p - 1) for i in range(p)}
-    while len(pairs) < 2 * p:
-        a, b = sorted(rng.choice(p, 2, replace=False))
-        pairs.add((int(a), int(b)))
-    precision = np.eye(p) * 2.0
-    for a, b in pairs:
-        precision[a, b] = precision[b, a] = rng.uniform(-0.4, 0.4)
-    precision += np.eye(p) * max(0.0, 0.1 - np.linalg.eigvalsh(precision).min())
-    return sorted(pairs), precision
-
-
 def _ggm_store(rows: int, precision: np.ndarray) -> Path:
     import dask
     import dask.array as da
@@ -333,7 +320,7 @@ def covariance_selection(rows: int) -> dict:
 
     from dpgm.algorithms.gaussian import ips
 
-    pairs, precision = _ggm_graph()
+    pairs, precision = ring_with_chords(GGM_P)
     p = len(precision)
     start = time.perf_counter()
     path = _ggm_store(rows, precision)

@@ -33,6 +33,7 @@ import xarray as xr  # noqa: E402
 
 import dpgm  # noqa: E402
 from benchmarks.gaussian import scipy_selection  # noqa: E402
+from benchmarks.graphs import ring_with_chords  # noqa: E402
 from benchmarks.timing import timed, timed_on_cluster  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -94,15 +95,8 @@ def moments_pass(sizes: list[int], repeats: int) -> list[dict]:
 
 def covariance_selection(rows: int = 200_000, p: int = 200) -> dict:
 
-    rng = np.random.default_rng(2)
-    pairs = {(i, (i + 1) % p) for i in range(p)}
-    while len(pairs) < 2 * p:
-        a, b = sorted(rng.choice(p, 2, replace=False))
-        pairs.add((int(a), int(b)))
-    precision = np.eye(p) * 2.0
-    for a, b in pairs:
-        precision[a, b] = precision[b, a] = rng.uniform(-0.4, 0.4)
-    precision += np.eye(p) * max(0.0, 0.1 - np.linalg.eigvalsh(precision).min())
+    pairs, precision = ring_with_chords(p)
+    rng = np.random.default_rng(3)
     values = rng.multivariate_normal(np.zeros(p), np.linalg.inv(precision), rows)
     names = [f"v{i}" for i in range(p)]
     ds = xr.Dataset({v: ("row", values[:, i]) for i, v in enumerate(names)})
