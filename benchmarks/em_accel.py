@@ -54,7 +54,7 @@ def run(n: int, tol: float, cases: list[str], max_iter: int = 3000,
             path = _store(name, case, n, client)
             start = case["model"].randomized(np.random.default_rng(0))
             for variant, options in VARIANTS.items():
-                if variant != "plain" and variant not in variants:  # plain EM: every row's reference
+                if variant not in variants:
                     continue
                 data = dpgm.open_dataset(path).drop_vars(case["latent"])
                 began = time.perf_counter()
@@ -127,9 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-iter", type=int, default=5000)
     parser.add_argument("--cases", nargs="+", default=["alarm2", "lcm20"])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
-                        help="plain EM runs in any case: it is every row's reference")
+                        help="plain EM is every row's reference: without it, --output and --combine with a run "
+                             "that has it")
     parser.add_argument("--output", type=Path, default=None,
                         help="write this run's rows here only (no table or plot; combine with --combine)")
+    parser.add_argument("--name", default="em_accel", help="results/<name>.json and .png")
     parser.add_argument("--combine", type=Path, nargs="+", default=None,
                         help="build em_accel.json, the plot and the table from the rows of earlier --output runs")
     args = parser.parse_args(argv)
@@ -141,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
             args.output.write_text(json.dumps(rows, indent=1))
             return
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "em_accel.json").write_text(json.dumps(rows, indent=1))
-    _plot(rows, RESULTS / "em_accel.png")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
+    _plot(rows, RESULTS / f"{args.name}.png")
     print(_markdown(rows, rows[0].get("tol", args.tol)))
 
 
