@@ -296,7 +296,8 @@ def test_jobqueue_slurm_cluster_submits_workers_with_dpgm_environment(slurm, asi
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     monkeypatch.setenv("PATH", slurm.env["PATH"])
     truth = dpgm.load_network("asia")
-    options = {"memory": "500MiB", "walltime": "00:10:00", "log_directory": str(folder)}
+    # a worker holds ~400 MiB once dpgm and its compiled kernels are loaded: under 500 MiB it would pause at 80 %
+    options = {"memory": "2GiB", "walltime": "00:10:00", "log_directory": str(folder)}
     with dpgm.connect(cluster="slurm", jobs=2, timeout=60, cluster_options=options) as client:
         client.wait_for_workers(2, timeout=60)
         environments = client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_",
@@ -316,7 +317,7 @@ def test_cli_fit_on_jobqueue_slurm_cluster(slurm, asia):
     folder = _shared_folder(slurm, "jobqueue-cli")
     spec = folder / "bn.yaml"
     spec.write_text("model: bayesian_network\nnetwork: asia\n")
-    env = {**slurm.env, "DASK_JOBQUEUE__SLURM__MEMORY": "500MiB", "DASK_JOBQUEUE__SLURM__WALLTIME": "00:10:00",
+    env = {**slurm.env, "DASK_JOBQUEUE__SLURM__MEMORY": "2GiB", "DASK_JOBQUEUE__SLURM__WALLTIME": "00:10:00",
            "DASK_JOBQUEUE__SLURM__LOG_DIRECTORY": str(folder)}
     result = subprocess.run([sys.executable, "-m", "dpgm.cli", "fit", str(spec), str(asia), "--out",
                              str(folder / "model.zarr"), "--cluster", "slurm", "--jobs", "2",
