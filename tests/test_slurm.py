@@ -189,11 +189,11 @@ def _until(condition, timeout: float, message: str, root: Path) -> None:
         time.sleep(0.2)
 
 
-# A latent class model whose EM converges after 375 iterations (~0.1 s each on one worker
-# with a checkpoint, here): stopped ~30 s into a two-minute allocation
-# (DPGM_STOP_BEFORE_END=90) after ~200 iterations, finished in the next one or two on a quiet
-# machine; on a loaded one (0.5 s an iteration) in up to eight allocations of ~37 s, which the
-# wait allows for.
+# A latent class model whose EM converges after 375 iterations (~0.07 s each on one worker
+# with a checkpoint on a quiet machine, ~25 s in all): stopped ~15 s into a two-minute
+# allocation (DPGM_STOP_BEFORE_END=105), i.e. after ~150 iterations once the cluster is up, and
+# finished in the next one or two allocations; on a loaded machine in more allocations of ~28 s,
+# which the wait allows for.
 LCA = """\
 model: latent_class
 n_classes: 3
@@ -235,10 +235,10 @@ def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, as
     expected = dpgm.fit(model, ds, method=method, **options)
     assert expected.converged and expected.n_iter == 375
     start = time.monotonic()
-    # two tasks: the scheduler and one worker; the script stops the fit 90 s before the end: ~30 s in
+    # two tasks: the scheduler and one worker; the script stops the fit 105 s before the end: ~15 s in
     job_id = slurm.sbatch("--time=2", "--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
                           folder / "model.zarr", "--checkpoint", folder / "checkpoint", cwd=folder,
-                          env={"DPGM_STOP_BEFORE_END": "90"})
+                          env={"DPGM_STOP_BEFORE_END": "105"})
     try:
         job = slurm.wait(job_id, timeout=480)
     except AssertionError as error:  # show what the job did: its log and its steps' logs
