@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from dpgm.algorithms.checkpoint import read_checkpoint, write_checkpoint
-from dpgm.algorithms.squarem import STEP_FACTOR, extrapolate
+from dpgm.algorithms.squarem import STEP_FACTOR, extrapolate, shorter_bound, step_length
 
 __all__ = ["ACCELERATIONS", "EMFamily", "EMState", "em"]
 
@@ -95,7 +95,7 @@ class EMFamily:
         raise NotImplementedError
 
     def vector(self, parameters: Any) -> np.ndarray:
-        """The parameters as one flat vector (for ``param_change``)."""
+        """The parameters as one flat vector (``param_change``; SQUAREM measures its step length on it)."""
         raise NotImplementedError
 
     def unconstrained(self, parameters: Any) -> np.ndarray:
@@ -161,6 +161,7 @@ class _Restart:
     last_change: float = float("inf")
     last_vector: np.ndarray | None = None
     u0: np.ndarray | None = None
+    v0: np.ndarray | None = None
     fallback: Any = None
     alpha: float = 1.0
     step_max: float = 1.0
@@ -325,8 +326,7 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     change = None if previous is None else loglik - previous
     report(i, loglik, change, point, "extrapolated" if kind == "extrapolated" else "em", accepted)
     if not accepted:  # the safeguard: back to the plain EM point F(θ1)
-        if run.alpha >= run.step_max:
-            run.step_max = max(1.0, run.step_max / STEP_FACTOR)
+        run.step_max = shorter_bound(run.step_max, run.alpha)
         run.point, run.kind = run.fallback, "base"
         return
     if kind == "extrapolated" and run.alpha >= run.step_max:
@@ -342,12 +342,13 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     if accelerate is None:
         run.point = following
     elif kind in ("base", "extrapolated"):
-        run.u0, run.point, run.kind = family.unconstrained(point), following, "first"
+        run.u0, run.v0, run.point, run.kind = family.unconstrained(point), family.vector(point), following, "first"
     else:  # kind == "first": θ1 = point, θ2 = following
-        u1, u2 = family.unconstrained(point), family.unconstrained(following)
-        proposal, run.alpha = extrapolate(run.u0, u1, u2, run.step_max)
+        v1, v2 = family.vector(point), family.vector(following)
+        run.alpha = step_length(run.v0, v1, v2, run.step_max)
+        proposal = extrapolate(run.u0, family.unconstrained(point), family.unconstrained(following), run.alpha)
         run.point, run.kind, run.fallback = following, "base", following
-        if run.alpha <= 1.0 and run.step_max <= 1.0 and _wants_longer(run.u0, u1, u2):
+        if run.alpha <= 1.0 and run.step_max <= 1.0 and _wants_longer(run.v0, v1, v2):
             run.step_max = STEP_FACTOR  # the bound held the step at the EM step: let the next one go further
         if run.alpha > 1.0 and np.all(np.isfinite(proposal)):
             try:
