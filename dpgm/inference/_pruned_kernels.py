@@ -355,11 +355,18 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
                     w = weights[b0 + r]
                     total[r] = 0.0 if log_total[r] == -np.inf else w
                 for c in range(n):  # the row's clique starts are still in ``starts`` from the load
-                    for k in range(free_ptr[c], free_ptr[c + 1]):
-                        offset = free[k]
-                        for r in range(rows):
-                            if total[r] != 0.0:
-                                totals[starts[c, r] + offset] += total[r] * work[k, r]
+                    a = 0
+                    while a < rows:  # rows whose clique starts at the same cell are summed first, as the dense kernel
+                        z = a + 1
+                        while z < rows and starts[c, z] == starts[c, a]:
+                            z += 1
+                        start = starts[c, a]
+                        for k in range(free_ptr[c], free_ptr[c + 1]):
+                            value = 0.0
+                            for r in range(a, z):
+                                value += total[r] * work[k, r]
+                            totals[start + free[k]] += value
+                        a = z
                 continue
             for t in range(targets.shape[0]):
                 v = targets[t]
