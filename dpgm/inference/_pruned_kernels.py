@@ -285,8 +285,11 @@ def _propagate_row(work, sep, scratch, order, parent, clique_offset, sep_offset,
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, base_log, grid_ptr, grid_var, grid_stride,
                    table_offset, order, parent, clique_offset, sep_offset, up_index, down_index, down_offset,
-                   var_offset, var_state, var_home, targets, target_offset, capacity, block, out_log, out, totals):
+                   var_offset, var_state, var_home, targets, target_offset, capacity, block, row_index, out_log, out,
+                   totals):
     """Posteriors of ``targets`` (into ``out``) or EM's ``totals += w P(x_C | e)`` (if ``totals`` is not empty).
+
+    Sorted row ``i`` (of ``codes``, ``weights``) answers into row ``row_index[i]`` of ``out_log`` and ``out``.
 
     Rows are sorted by ``pattern``, the missingness of the columns with ``compact[j]`` (the others' evidence is
     entered by zeroing cells); each pattern's compact tree is built once and its rows run in blocks of ``block``,
@@ -349,7 +352,7 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
                 _sum_propagate(work, sep, scratch, total, log_total, width, order, parent, free_ptr, sep_ptr, up, down,
                                down_ptr)
             for r in range(rows):
-                out_log[b0 + r] = log_total[r] + base_log
+                out_log[row_index[b0 + r]] = log_total[r] + base_log
             if accumulate:
                 for r in range(rows):
                     w = weights[b0 + r]
@@ -375,10 +378,10 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
                 if state[v] >= 0:  # observed in a compacted column: its indicator
                     for r in range(rows):
                         for s in range(cards):
-                            out[b0 + r, o + s] = 0.0
+                            out[row_index[b0 + r], o + s] = 0.0
                         for j in range(codes.shape[1]):
                             if observed_var[j] == v:
-                                out[b0 + r, o + codes[b0 + r, j]] = 1.0
+                                out[row_index[b0 + r], o + codes[b0 + r, j]] = 1.0
                 else:
                     c = best[v]
                     inner = _stride_in(c, v, state, card, grid_ptr, grid_var)
@@ -397,11 +400,11 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
                         for s in range(cards):
                             norm += acc[s, r]
                         for s in range(cards):
-                            out[b0 + r, o + s] = acc[s, r] / norm
+                            out[row_index[b0 + r], o + s] = acc[s, r] / norm
                 for r in range(rows):
                     if log_total[r] == -np.inf:
                         for s in range(cards):
-                            out[b0 + r, o + s] = np.nan
+                            out[row_index[b0 + r], o + s] = np.nan
         r0 = r1
 
 

@@ -225,14 +225,8 @@ def _run(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, base_log: f
     totals = np.zeros_like(base) if accumulate else np.zeros(0)
     sorted_weights = np.ascontiguousarray(weights[order]) if accumulate else np.zeros(0)
     _pruned_kernel(np.ascontiguousarray(codes[order]), pattern, compact, sorted_weights, observed, grids.card, base, base_log,
-                   *grids.maps, *layout.maps, targets, target_offset, capacity, block, log_evidence, out, totals)
-    result_log = np.empty_like(log_evidence)
-    result_log[order] = log_evidence
-    if accumulate:
-        return result_log, totals
-    result = np.empty_like(out)
-    result[order] = out
-    return result_log, result
+                   *grids.maps, *layout.maps, targets, target_offset, capacity, block, order, log_evidence, out, totals)
+    return log_evidence, (totals if accumulate else out)
 
 
 def posteriors(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray, base_log: float, codes: np.ndarray,
@@ -266,6 +260,8 @@ def routed_posteriors(layout: TreeLayout, grids: EvidenceGrids, base: np.ndarray
     compact, chosen = plan(layout, grids, codes, observed) if soft.variable.size == 0 else (None, np.zeros(0, bool))
     if not chosen.any():
         return propagation.posteriors(layout, base, base_log, codes, observed, soft, targets, target_offset)
+    if chosen.all():
+        return posteriors(layout, grids, base, base_log, codes, observed, targets, target_offset, compact)
     log_evidence = np.empty(len(codes))
     out = np.empty((len(codes), int(target_offset[-1])))
     log_evidence[chosen], out[chosen] = posteriors(layout, grids, base, base_log, codes[chosen], observed, targets,
@@ -285,6 +281,8 @@ def routed_expected_counts(layout: TreeLayout, grids: EvidenceGrids, base: np.nd
     compact, chosen = plan(layout, grids, codes, observed) if soft.variable.size == 0 else (None, np.zeros(0, bool))
     if not chosen.any():
         return propagation.expected_counts(layout, base, base_log, codes, observed, weights, soft)
+    if chosen.all():
+        return expected_counts(layout, grids, base, base_log, codes, observed, weights, compact)
     log_evidence = np.empty(len(codes))
     log_evidence[chosen], totals = expected_counts(layout, grids, base, base_log, codes[chosen], observed,
                                                    weights[chosen], compact)
