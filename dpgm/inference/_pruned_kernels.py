@@ -26,7 +26,7 @@ import numpy as np
 from dpgm.inference._kernels import _sum_propagate
 
 #: Blocks of rows run a multiple of this many columns (padded with copies of the first row), so the loops over
-#: rows are whole AVX-512 vectors: measured 1.3-1.5x faster propagation on insurance than odd widths.
+#: rows are whole AVX-512 vectors: propagation on insurance ran 1.1-1.2x faster in blocks of 24 rows than of 21-23.
 _PAD = 8
 
 
