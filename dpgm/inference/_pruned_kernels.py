@@ -320,7 +320,10 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
     accumulate = totals.shape[0] > 0
     best = np.zeros(card.shape[0], dtype=np.int64)
     best_size = np.empty(card.shape[0], dtype=np.int64)
-    acc = np.empty((max(1, card.max()), block))
+    max_card = 1
+    for v in range(card.shape[0]):
+        max_card = max(max_card, card[v])
+    acc = np.empty((max_card, block))
     r0 = 0
     while r0 < codes.shape[0]:
         r1 = r0 + 1
