@@ -114,6 +114,52 @@ def test_impossible_rows_get_minus_infinity_and_nan():
     np.testing.assert_allclose(tree.layout.tables(totals)[0].sum(), 2.0, rtol=1e-12)  # the two possible rows
 
 
+def test_blocks_of_rows_sharing_a_pattern_equal_brute_force():
+    """Rows of one pattern run in blocks padded to whole vectors (9-40 rows: one padded column to several
+    blocks), evidence of the columns not compacted zeroes cells, some rows are impossible; posteriors
+    against brute force (rtol 1e-12: the same sums in another order), log P(e) -inf and NaN posteriors
+    for the impossible rows, expected counts summed over the possible ones."""
+    cards = {"a": 2, "b": 3, "c": 2, "d": 4, "e": 3}
+    variables = list(cards)
+    rng = np.random.default_rng(11)
+    scopes = [("a", "b", "c"), ("b", "c", "d"), ("c", "d", "e"), ("a", "e")]
+    factors = [(s, rng.gamma(1.0, 1.0, [cards[v] for v in s])) for s in scopes]
+    factors[1][1][0, 1, :] = 0.0  # b=0, c=1 is impossible
+    observed = np.arange(len(variables))
+    targets, offset = _all_targets(BatchedTree(variables, cards, factors))
+    joint = _joint(variables, factors)
+    for rows in (9, 17, 40):
+        codes = np.stack([rng.integers(0, cards[v], rows) for v in variables], axis=1)
+        codes[:, 3] = -1  # d missing in every row; a compacted and observed in every row, so few patterns
+        codes[rng.random(rows) < 0.3, 4] = -1
+        codes[: rows // 3, 1:3] = [0, 1]
+        compact = np.array([True, False, False, False, rng.random() < 0.5])
+        tree = BatchedTree(variables, cards, factors)
+        log_evidence, out = pruning.posteriors(tree.layout, tree.grids, tree._base, tree._base_log, codes, observed,
+                                               targets, offset, compact)
+        weights = rng.random(rows)
+        _, totals = pruning.expected_counts(tree.layout, tree.grids, tree._base, tree._base_log, codes, observed,
+                                            weights, compact)
+        counts = [np.zeros(s) for s in tree.layout.clique_shapes]
+        for b, row in enumerate(codes):
+            restricted = _restricted(joint, variables, variables, row)
+            if restricted.sum() == 0.0:
+                assert log_evidence[b] == -np.inf and np.isnan(out[b]).all()
+                continue
+            np.testing.assert_allclose(log_evidence[b], np.log(restricted.sum()), rtol=1e-12, atol=1e-12)
+            posterior = restricted / restricted.sum()
+            for j in range(len(variables)):
+                marginal = posterior.sum(axis=tuple(i for i in range(len(variables)) if i != j))
+                np.testing.assert_allclose(out[b, offset[j]:offset[j + 1]], marginal, rtol=1e-12, atol=1e-15)
+            for k, clique in enumerate(tree.structure.cliques):
+                axes = tuple(i for i, v in enumerate(variables) if v not in clique)
+                kept = [v for v in variables if v in clique]
+                counts[k] += weights[b] * np.transpose(posterior.sum(axis=axes), [kept.index(v) for v in clique])
+        assert np.isinf(log_evidence).sum() >= rows // 3
+        for table, expected in zip(tree.layout.tables(totals), counts, strict=True):
+            np.testing.assert_allclose(table, expected, rtol=1e-12, atol=1e-14)
+
+
 def _agrum(model):
     bn = gum.BayesNet()
     for v in model.variables:

@@ -8,7 +8,9 @@ per row each table's start in the full tables moves by ``code x stride`` of its 
 and the row's compact tables are gathered from there. Rows of one pattern then run side by side
 through the dense kernels' Hugin propagation (:func:`dpgm.inference._kernels._sum_propagate`), the
 same arithmetic in the same order on fewer cells. A clique of width 10 with four observed ternary
-variables costs 81x fewer cells.
+variables costs 81x fewer cells. Blocks of rows are padded to whole vectors (``_PAD`` columns), and
+a variable's posterior, or the evidence of a column not compacted, goes through the smallest compact
+clique holding it, read in C order as (variables before it, it, variables after it): no state map.
 
 Tables ``0 .. n-1`` are the cliques, ``n .. 2n-1`` the separators (to each clique's parent); table
 ``t``'s variables are ``grid_var[grid_ptr[t]:grid_ptr[t + 1]]`` with C-order strides ``grid_stride``.
@@ -22,6 +24,10 @@ import numba
 import numpy as np
 
 from dpgm.inference._kernels import _sum_propagate
+
+#: Blocks of rows run a multiple of this many columns (padded with copies of the first row), so the loops over
+#: rows are whole AVX-512 vectors: propagation on insurance ran 1.1-1.2x faster in blocks of 24 rows than of 21-23.
+_PAD = 8
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -134,13 +140,42 @@ def _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stri
     down_ptr[n] = d
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _load_compact(work, base, codes, r0, rows, observed_var, compact, state, n, grid_ptr, grid_var, grid_stride,
-                  table_offset, free_ptr, free, var_offset, var_state, var_home, starts):
-    """Gather each row's compact clique tables (cells x rows) from the full initial tables; enter the evidence
-    of the columns not compacted (``compact[j]`` False) by zeroing the disagreeing cells of their home clique.
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _stride_in(c, v, state, card, grid_ptr, grid_var):
+    """Variable ``v``'s stride in clique ``c``'s compact table (the cells of the free variables after it)."""
+    inner = 1
+    for i in range(grid_ptr[c + 1] - 1, grid_ptr[c] - 1, -1):
+        u = grid_var[i]
+        if u == v:
+            break
+        if state[u] < 0:
+            inner *= card[u]
+    return inner
 
-    ``starts`` is ``(n, block)`` scratch: each clique's first consistent full cell per row.
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _smallest_cliques(n, free_ptr, grid_ptr, grid_var, best, best_size):
+    """``best[v]``: the clique holding variable ``v`` with the fewest compact cells in this pattern."""
+    best_size[:] = np.iinfo(np.int64).max
+    for c in range(n):
+        size = free_ptr[c + 1] - free_ptr[c]
+        for i in range(grid_ptr[c], grid_ptr[c + 1]):
+            v = grid_var[i]
+            if size < best_size[v]:
+                best_size[v] = size
+                best[v] = c
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _load_compact(work, base, codes, r0, rows, width, observed_var, compact, state, n, grid_ptr, grid_var,
+                  grid_stride, table_offset, free_ptr, free, card, best, starts, keep):
+    """Gather each row's compact clique tables (cells x rows) from the full initial tables; enter the evidence
+    of the columns not compacted (``compact[j]`` False) by zeroing the disagreeing cells of the smallest
+    compact clique holding the variable (any clique holding it would do).
+
+    Columns ``rows .. width - 1`` (padding, so that every loop over rows runs a multiple of the vector width)
+    get the first row's tables and no evidence. ``starts`` is ``(n, width)`` scratch: each clique's first
+    consistent full cell per row; ``keep`` ``(max card, width)`` scratch.
     """
     for r in range(rows):
         for j in range(codes.shape[1]):
@@ -153,23 +188,40 @@ def _load_compact(work, base, codes, r0, rows, observed_var, compact, state, n, 
                 if code > 0:
                     start += code * grid_stride[i]
             starts[c, r] = start
+    for r in range(rows, width):
+        for c in range(n):
+            starts[c, r] = starts[c, 0]
     for c in range(n):
         for k in range(free_ptr[c], free_ptr[c + 1]):
             offset = free[k]
-            for r in range(rows):
+            for r in range(width):
                 work[k, r] = base[starts[c, r] + offset]
     for j in range(codes.shape[1]):
         if compact[j]:
             continue
+        seen = False
+        for r in range(rows):
+            seen = seen or codes[r0 + r, j] >= 0
+        if not seen:
+            continue
         v = observed_var[j]
-        h = var_home[v]
-        states = var_offset[v]
-        for k in range(free_ptr[h], free_ptr[h + 1]):
-            state_k = var_state[states + free[k]]
+        cards = card[v]
+        for s in range(cards):  # 1.0 or 0.0 per state and row: multiplying leaves the kept cells bit for bit
+            for r in range(width):
+                keep[s, r] = 1.0
             for r in range(rows):
                 code = codes[r0 + r, j]
-                if code >= 0 and code != state_k:
-                    work[k, r] = 0.0
+                if code >= 0 and code != s:
+                    keep[s, r] = 0.0
+        c = best[v]
+        inner = _stride_in(c, v, state, card, grid_ptr, grid_var)
+        k = free_ptr[c]
+        for _ in range((free_ptr[c + 1] - k) // (cards * inner)):  # cells in C order: (before v, v, after v)
+            for s in range(cards):
+                for _ in range(inner):
+                    for r in range(width):
+                        work[k, r] *= keep[s, r]
+                    k += 1
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -233,13 +285,19 @@ def _propagate_row(work, sep, scratch, order, parent, clique_offset, sep_offset,
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, base_log, grid_ptr, grid_var, grid_stride,
                    table_offset, order, parent, clique_offset, sep_offset, up_index, down_index, down_offset,
-                   var_offset, var_state, var_home, targets, target_offset, capacity, block, out_log, out, totals):
+                   var_offset, var_state, var_home, targets, target_offset, capacity, block, row_index, out_log, out,
+                   totals):
     """Posteriors of ``targets`` (into ``out``) or EM's ``totals += w P(x_C | e)`` (if ``totals`` is not empty).
 
+    Sorted row ``i`` (of ``codes``, ``weights``) answers into row ``row_index[i]`` of ``out_log`` and ``out``.
+
     Rows are sorted by ``pattern``, the missingness of the columns with ``compact[j]`` (the others' evidence is
-    entered by zeroing cells); each pattern's compact tree is built once and its rows run in blocks of ``block``. ``capacity`` bounds the compact clique cells of every pattern.
+    entered by zeroing cells); each pattern's compact tree is built once and its rows run in blocks of ``block``,
+    padded to a multiple of ``_PAD`` columns. ``capacity`` bounds the compact clique cells of every pattern.
+    Posteriors are read from the smallest compact clique holding each target.
     """
     n = order.shape[0]
+    block = block if block == 1 else -(-block // _PAD) * _PAD
     n_free = base.shape[0] + sep_offset[-1] + 2 * n
     free = np.empty(n_free, dtype=np.int64)
     free_ptr = np.empty(2 * n + 1, dtype=np.int64)
@@ -260,6 +318,12 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
     log_total = np.empty(block)
     state = np.full(card.shape[0], -1, dtype=np.int64)
     accumulate = totals.shape[0] > 0
+    best = np.zeros(card.shape[0], dtype=np.int64)
+    best_size = np.empty(card.shape[0], dtype=np.int64)
+    max_card = 1
+    for v in range(card.shape[0]):
+        max_card = max(max_card, card[v])
+    acc = np.empty((max_card, block))
     r0 = 0
     while r0 < codes.shape[0]:
         r1 = r0 + 1
@@ -271,10 +335,12 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
         _list_free_cells(state, card, grid_ptr, grid_var, grid_stride, free_ptr, free, odometer, n)
         _compact_maps(n, free_ptr, state, card, grid_ptr, grid_var, parent, sep_stride, up, down, down_ptr, odometer)
         sep_ptr = free_ptr[n:] - free_ptr[n]
+        _smallest_cliques(n, free_ptr, grid_ptr, grid_var, best, best_size)
         for b0 in range(r0, r1, block):
             rows = min(block, r1 - b0)
-            _load_compact(work, base, codes, b0, rows, observed_var, compact, state, n, grid_ptr, grid_var,
-                          grid_stride, table_offset, free_ptr, free, var_offset, var_state, var_home, starts)
+            width = 1 if rows == 1 else -(-rows // _PAD) * _PAD
+            _load_compact(work, base, codes, b0, rows, width, observed_var, compact, state, n, grid_ptr, grid_var,
+                          grid_stride, table_offset, free_ptr, free, card, best, starts, acc)
             if rows == 1:
                 if block == 1:
                     log_total[0] = _propagate_row(work_flat, sep_flat, scratch_flat, order, parent, free_ptr, sep_ptr,
@@ -286,50 +352,62 @@ def _pruned_kernel(codes, pattern, compact, weights, observed_var, card, base, b
                     for k in range(free_ptr[n]):
                         work[k, 0] = 0.0
             else:
-                _sum_propagate(work, sep, scratch, total, log_total, rows, order, parent, free_ptr, sep_ptr, up, down,
+                _sum_propagate(work, sep, scratch, total, log_total, width, order, parent, free_ptr, sep_ptr, up, down,
                                down_ptr)
             for r in range(rows):
-                out_log[b0 + r] = log_total[r] + base_log
+                out_log[row_index[b0 + r]] = log_total[r] + base_log
             if accumulate:
                 for r in range(rows):
                     w = weights[b0 + r]
                     total[r] = 0.0 if log_total[r] == -np.inf else w
                 for c in range(n):  # the row's clique starts are still in ``starts`` from the load
-                    for k in range(free_ptr[c], free_ptr[c + 1]):
-                        offset = free[k]
-                        for r in range(rows):
-                            if total[r] != 0.0:
-                                totals[starts[c, r] + offset] += total[r] * work[k, r]
+                    a = 0
+                    while a < rows:  # rows whose clique starts at the same cell are summed first, as the dense kernel
+                        z = a + 1
+                        while z < rows and starts[c, z] == starts[c, a]:
+                            z += 1
+                        start = starts[c, a]
+                        for k in range(free_ptr[c], free_ptr[c + 1]):
+                            value = 0.0
+                            for r in range(a, z):
+                                value += total[r] * work[k, r]
+                            totals[start + free[k]] += value
+                        a = z
                 continue
             for t in range(targets.shape[0]):
                 v = targets[t]
                 o = target_offset[t]
                 cards = target_offset[t + 1] - o
-                for r in range(rows):
-                    for s in range(cards):
-                        out[b0 + r, o + s] = 0.0
                 if state[v] >= 0:  # observed in a compacted column: its indicator
                     for r in range(rows):
+                        for s in range(cards):
+                            out[row_index[b0 + r], o + s] = 0.0
                         for j in range(codes.shape[1]):
                             if observed_var[j] == v:
-                                out[b0 + r, o + codes[b0 + r, j]] = 1.0
+                                out[row_index[b0 + r], o + codes[b0 + r, j]] = 1.0
                 else:
-                    h = var_home[v]
-                    states = var_offset[v]  # v's state in a free cell does not depend on the observed ones
-                    for k in range(free_ptr[h], free_ptr[h + 1]):
-                        column = o + var_state[states + free[k]]
+                    c = best[v]
+                    inner = _stride_in(c, v, state, card, grid_ptr, grid_var)
+                    for s in range(cards):
                         for r in range(rows):
-                            out[b0 + r, column] += work[k, r]
+                            acc[s, r] = 0.0
+                    k = free_ptr[c]
+                    for _ in range((free_ptr[c + 1] - k) // (cards * inner)):  # cells in C order: (before v, v, after v)
+                        for s in range(cards):
+                            for _ in range(inner):
+                                for r in range(rows):
+                                    acc[s, r] += work[k, r]
+                                k += 1
                     for r in range(rows):
                         norm = 0.0
                         for s in range(cards):
-                            norm += out[b0 + r, o + s]
+                            norm += acc[s, r]
                         for s in range(cards):
-                            out[b0 + r, o + s] /= norm
+                            out[row_index[b0 + r], o + s] = acc[s, r] / norm
                 for r in range(rows):
                     if log_total[r] == -np.inf:
                         for s in range(cards):
-                            out[b0 + r, o + s] = np.nan
+                            out[row_index[b0 + r], o + s] = np.nan
         r0 = r1
 
 
