@@ -14,7 +14,7 @@ Cases (the stores of :mod:`benchmarks.em`, sampled once into Zarr under /tmp):
 From one random start per case (``model.randomized(default_rng(0))``, ``init="model"``),
 ``dpgm.fit(model, data, method="em", tol=TOL, max_iter=5000, client=client)`` on a
 2-worker LocalCluster (2 processes x 1 thread) reading the store, for
-``accelerate=None`` / ``"squarem"`` / ``incremental=True``, one after the other in
+``accelerate=None`` / ``"squarem"`` / ``incremental=True`` / both, one after the other in
 the same run. Recorded: passes (``result.passes``, every pass over the data,
 rejected extrapolations and the incremental blocks' fractions included), wall
 seconds, final log-likelihood and its relative difference from plain EM's. The plot
@@ -40,7 +40,8 @@ import dpgm  # noqa: E402
 from benchmarks.em import _cases, _store  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-VARIANTS = {"plain": {}, "squarem": {"accelerate": "squarem"}, "incremental": {"incremental": True}}
+VARIANTS = {"plain": {}, "squarem": {"accelerate": "squarem"}, "incremental": {"incremental": True},
+            "incremental+squarem": {"incremental": True, "accelerate": "squarem"}}
 
 
 def run(n: int, tol: float, cases: list[str], max_iter: int = 3000,
