@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
 __all__ = ["Estimate", "FitResult", "information_criteria", "log_iteration", "log_step", "parameter_change"]
@@ -234,13 +235,23 @@ def parameter_change(before, after) -> float:
     if not isinstance(before, np.ndarray) and isinstance(before, Mapping):  # ndarray first: an ABC check is slow
         return max((parameter_change(before[k], after[k]) for k in before), default=0.0)
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if before.size == 0:
-        return 0.0
-    if np.isfinite(before).all() and np.isfinite(after).all():  # the common case, without an errstate context
-        return float(np.abs(after - before).max())
-    with np.errstate(invalid="ignore"):
-        difference = np.where(before == after, 0.0, np.abs(after - before))
-    return float(np.max(difference))
+    if before.shape != after.shape:
+        raise ValueError(f"parameters of shapes {before.shape} and {after.shape} cannot be compared")
+    return _max_change(before.reshape(-1), after.reshape(-1))
+
+
+@numba.njit(cache=True, nogil=True)
+def _max_change(before: np.ndarray, after: np.ndarray) -> float:
+    """One loop (the fixed-point loops call this every step, on a few dozen weights)."""
+    largest = 0.0
+    for i in range(before.size):
+        if before[i] != after[i]:
+            change = abs(after[i] - before[i])
+            if change != change:  # a weight became NaN
+                return change
+            if change > largest:
+                largest = change
+    return largest
 
 
 def log_iteration(history: list[dict], callback, record: dict) -> dict:
