@@ -80,18 +80,24 @@ def test_pruned_posteriors_and_expected_counts_equal_brute_force(problem):
     joint = _joint(variables, factors)
     counts = [np.zeros(s) for s in tree.layout.clique_shapes]
     for b, row in enumerate(codes):
-        restricted = _restricted(joint, variables, variables, row)
-        np.testing.assert_allclose(log_evidence[b], np.log(restricted.sum()), rtol=1e-12, atol=1e-12)
-        posterior = restricted / restricted.sum()
-        for j, v in enumerate(variables):  # an observed variable's posterior is its indicator
-            marginal = posterior.sum(axis=tuple(i for i in range(len(variables)) if i != j))
-            np.testing.assert_allclose(out[b, offset[j]:offset[j + 1]], marginal, rtol=1e-12, atol=1e-15)
-        for k, clique in enumerate(tree.structure.cliques):
-            axes = tuple(i for i, v in enumerate(variables) if v not in clique)
-            kept = [v for v in variables if v in clique]
-            counts[k] += weights[b] * np.transpose(posterior.sum(axis=axes), [kept.index(v) for v in clique])
+        _check_row(joint, variables, tree, row, log_evidence[b], out[b], offset, weights[b], counts)
     for table, expected in zip(tree.layout.tables(totals), counts, strict=True):
         np.testing.assert_allclose(table, expected, rtol=1e-12, atol=1e-14)
+
+
+def _check_row(joint, variables, tree, row, log_evidence, out, offset, weight, counts) -> None:
+    """One row's log P(e) and posteriors against the enumerated joint; adds its weighted clique posteriors to
+    ``counts`` (an observed variable's posterior is its indicator)."""
+    restricted = _restricted(joint, variables, variables, row)
+    np.testing.assert_allclose(log_evidence, np.log(restricted.sum()), rtol=1e-12, atol=1e-12)
+    posterior = restricted / restricted.sum()
+    for j in range(len(variables)):
+        marginal = posterior.sum(axis=tuple(i for i in range(len(variables)) if i != j))
+        np.testing.assert_allclose(out[offset[j]:offset[j + 1]], marginal, rtol=1e-12, atol=1e-15)
+    for k, clique in enumerate(tree.structure.cliques):
+        axes = tuple(i for i, v in enumerate(variables) if v not in clique)
+        kept = [v for v in variables if v in clique]
+        counts[k] += weight * np.transpose(posterior.sum(axis=axes), [kept.index(v) for v in clique])
 
 
 def test_impossible_rows_get_minus_infinity_and_nan():
@@ -146,15 +152,7 @@ def test_blocks_of_rows_sharing_a_pattern_equal_brute_force():
             if restricted.sum() == 0.0:
                 assert log_evidence[b] == -np.inf and np.isnan(out[b]).all()
                 continue
-            np.testing.assert_allclose(log_evidence[b], np.log(restricted.sum()), rtol=1e-12, atol=1e-12)
-            posterior = restricted / restricted.sum()
-            for j in range(len(variables)):
-                marginal = posterior.sum(axis=tuple(i for i in range(len(variables)) if i != j))
-                np.testing.assert_allclose(out[b, offset[j]:offset[j + 1]], marginal, rtol=1e-12, atol=1e-15)
-            for k, clique in enumerate(tree.structure.cliques):
-                axes = tuple(i for i, v in enumerate(variables) if v not in clique)
-                kept = [v for v in variables if v in clique]
-                counts[k] += weights[b] * np.transpose(posterior.sum(axis=axes), [kept.index(v) for v in clique])
+            _check_row(joint, variables, tree, row, log_evidence[b], out[b], offset, weights[b], counts)
         assert np.isinf(log_evidence).sum() >= rows // 3
         for table, expected in zip(tree.layout.tables(totals), counts, strict=True):
             np.testing.assert_allclose(table, expected, rtol=1e-12, atol=1e-14)
