@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import dpgm
+from dpgm.inference.families import FamilyPlan
 from dpgm.testing import joint_table
 
 QUESTIONS = {f"q{i}": ["a", "b", "c"] for i in range(6)}
@@ -353,3 +354,45 @@ def test_em_results_count_rows_and_weights_for_aic_and_bic():
                         max_iter=1000)
     assert weighted.n_rows == weights.sum()
     assert weighted.bic == pytest.approx(-2 * weighted.loglik + k * math.log(weights.sum()), rel=1e-15)
+
+
+class _InterruptedPlan(FamilyPlan):
+    """A plan pickled (into ``copies``) in the middle of building its tree, as another thread could."""
+
+    copies: list[bytes] = []
+
+    def _clique_maps(self, layout):
+        import pickle
+
+        type(self).copies.append(pickle.dumps(self))
+        maps = super()._clique_maps(layout)
+        type(self).copies.append(pickle.dumps(self))
+        return maps
+
+
+def test_a_plan_pickled_while_its_tree_is_built_still_runs():
+    """A worker may send the E step's shared plan to another worker (pickling it in its communication
+    thread) while its own task is building the plan's junction tree. A copy taken at any point of that
+    build must run, with the counts of a copy taken after it (rtol 1e-12); before, a copy taken between
+    the layout and the count maps failed on arrival with a missing attribute."""
+    import pickle
+
+    network = _random_network(0)
+    cards = {v: network.cardinality(v) for v in network.variables}
+    rng = np.random.default_rng(7)
+    observed = network.variables[1:]
+    codes = np.stack([rng.integers(0, cards[v], 60) for v in observed], axis=1).astype(np.int16)
+    codes[rng.random(codes.shape) < 0.5] = -1
+    codes[codes[:, observed.index("v3")] == 0, observed.index("v3")] = 1
+    copies = _InterruptedPlan.copies = []
+    plan = _InterruptedPlan(network.variables, cards, {v: network.parents(v) for v in network.variables},
+                       enumeration_limit=0)  # every row through the tree
+    theta = plan.flatten({v: network.cpds[v].values for v in network.variables})
+    plan.build_tree()
+    copies.append(pickle.dumps(plan))
+    _InterruptedPlan.copies = []  # the copies' own builds record elsewhere
+    results = [pickle.loads(c).expected_counts(theta, codes, observed) for c in copies]
+    assert len(results) == 3 and all(r[2] == len(codes) for r in results)
+    for loglik, counts, _ in results[:-1]:
+        np.testing.assert_allclose(loglik, results[-1][0], rtol=1e-12)
+        np.testing.assert_allclose(counts, results[-1][1], rtol=1e-12)

@@ -42,13 +42,14 @@ import hashlib
 import math
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from dpgm.cpt import CPTLayout
 from dpgm.inference import propagation
 from dpgm.inference._kernels import _clique_base, _enumerate_kernel
-from dpgm.inference.propagation import compile_layout, distinct_rows
+from dpgm.inference.propagation import TreeLayout, compile_layout, distinct_rows
 from dpgm.inference.triangulation import TreeStructure, build_tree
 
 __all__ = ["FamilyPlan", "FamilyParameters"]
@@ -118,9 +119,12 @@ class FamilyPlan(CPTLayout):
         """The junction tree of the fallback path, triangulated on first use."""
         if self._structure is None:
             self._structure = build_tree(self.variables, self.cardinalities, self.families)
-        if "layout" not in self.__dict__:
-            self.layout = compile_layout(self._structure, self.variables, self.cardinalities)
-            self._clique_maps()
+        if "count_write" not in self.__dict__:
+            # every derived map is assigned in one dict update: a worker holding this plan may pickle it
+            # for another worker (in its communication thread) while its own task builds the tree here,
+            # and the copy must hold all of the maps or none of them
+            self.__dict__.update(self._clique_maps(compile_layout(self._structure, self.variables,
+                                                                  self.cardinalities)))
         return self._structure
 
     def build_tree(self) -> TreeStructure:
@@ -132,16 +136,16 @@ class FamilyPlan(CPTLayout):
         """Whether the junction tree has been built (only rows too costly to enumerate need it)."""
         return self._structure is not None
 
-    def _clique_maps(self) -> None:
-        """Factor cell of each clique cell (initial tables), and clique cell -> family cell (counts)."""
-        cliques = self.structure.cliques
-        offset = self.layout.clique_offset
+    def _clique_maps(self, layout: TreeLayout) -> dict[str, Any]:
+        """The layout, the factor cell of each clique cell (initial tables) and clique cell -> family cell
+        (counts), by attribute name (:data:`_DERIVED`)."""
+        cliques = self._structure.cliques
+        offset = layout.clique_offset
         cells, sources = [], []
-        for f, home in enumerate(self.structure.assignment):
+        for f, home in enumerate(self._structure.assignment):
             cells.append(np.arange(offset[home], offset[home + 1], dtype=np.int64))
             sources.append(self._cell_map(cliques[home], self.families[f]) + self.family_offset[f])
-        self.base_cell = np.concatenate(cells) if cells else np.zeros(0, dtype=np.int64)
-        self.base_source = np.concatenate(sources) if sources else np.zeros(0, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
         sizes = np.diff(offset)
         reads, writes = [], []
         for f, family in enumerate(self.families):
@@ -149,8 +153,11 @@ class FamilyPlan(CPTLayout):
             home = min(holders, key=lambda i: sizes[i])
             reads.append(np.arange(offset[home], offset[home + 1], dtype=np.int64))
             writes.append(self._cell_map(cliques[home], family) + self.family_offset[f])
-        self.count_read = np.concatenate(reads) if reads else np.zeros(0, dtype=np.int64)
-        self.count_write = np.concatenate(writes) if writes else np.zeros(0, dtype=np.int64)
+        return {"layout": layout,
+                "base_cell": np.concatenate(cells) if cells else empty,
+                "base_source": np.concatenate(sources) if sources else empty,
+                "count_read": np.concatenate(reads) if reads else empty,
+                "count_write": np.concatenate(writes) if writes else empty}
 
     def _cell_map(self, clique: Sequence[str], family: Sequence[str]) -> np.ndarray:
         """For each cell of ``clique`` (C order), the flat index of the matching cell of ``family``."""
@@ -163,8 +170,8 @@ class FamilyPlan(CPTLayout):
     def __getstate__(self) -> dict:
         # the tree's index maps travel only when small (alarm: ~90 KB in all); a large tree's are
         # rebuilt on arrival (water's would be ~100 MB)
-        state = dict(self.__dict__)
-        if self.has_tree and self.total_table_size > 1 << 16:
+        state = dict(self.__dict__)  # one copy: the maps are all in it or none (see :attr:`structure`)
+        if "count_write" in state and state["layout"].n_cells > 1 << 16:
             for name in self._DERIVED:
                 state.pop(name)
         return state
