@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from dpgm.algorithms.checkpoint import read_checkpoint, write_checkpoint
-from dpgm.algorithms.squarem import STEP_FACTOR, extrapolate, shorter_bound, step_length
+from dpgm.algorithms.squarem import MAX_STEP, STEP_FACTOR, extrapolate, shorter_bound, step_length
 
 __all__ = ["ACCELERATIONS", "EMFamily", "EMState", "em"]
 
@@ -330,7 +330,7 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
         run.point, run.kind = run.fallback, "base"
         return
     if kind == "extrapolated" and run.alpha >= run.step_max:
-        run.step_max = min(run.step_max * STEP_FACTOR, 1e6)
+        run.step_max = min(run.step_max * STEP_FACTOR, MAX_STEP)
     run.best, run.best_loglik = point, loglik
     if change is not None:
         run.last_change = change
@@ -342,15 +342,18 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     if accelerate is None:
         run.point = following
     elif kind in ("base", "extrapolated"):
-        run.u0, run.v0, run.point, run.kind = family.unconstrained(point), family.vector(point), following, "first"
+        # report() has just taken the point's vector (run.last_vector)
+        run.u0, run.v0, run.point, run.kind = family.unconstrained(point), run.last_vector, following, "first"
     else:  # kind == "first": θ1 = point, θ2 = following
-        v1, v2 = family.vector(point), family.vector(following)
+        v1, v2 = run.last_vector, family.vector(following)
         run.alpha = step_length(run.v0, v1, v2, run.step_max)
-        proposal = extrapolate(run.u0, family.unconstrained(point), family.unconstrained(following), run.alpha)
         run.point, run.kind, run.fallback = following, "base", following
         if run.alpha <= 1.0 and run.step_max <= 1.0 and _wants_longer(run.v0, v1, v2):
             run.step_max = STEP_FACTOR  # the bound held the step at the EM step: let the next one go further
-        if run.alpha > 1.0 and np.all(np.isfinite(proposal)):
+        if run.alpha <= 1.0:
+            return
+        proposal = extrapolate(run.u0, family.unconstrained(point), family.unconstrained(following), run.alpha)
+        if np.all(np.isfinite(proposal)):
             try:
                 run.point, run.kind = family.constrained(proposal, following), "extrapolated"
             except (ValueError, ArithmeticError, np.linalg.LinAlgError):
