@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpgm.algorithms.em import EMFamily, em
 from dpgm.algorithms.squarem import STEP_FACTOR, extrapolate, group_log, shorter_bound, step_length
 
 
@@ -44,3 +45,51 @@ def test_rejected_step_shortens_the_bound():
     assert shorter_bound(64.0, 10.0) == pytest.approx(10.0 / STEP_FACTOR)
     assert shorter_bound(4.0, 4.0) == pytest.approx(4.0 / STEP_FACTOR)
     assert shorter_bound(2.0, 1.5) == 1.0
+
+
+class _LinearEM(EMFamily):
+    """A fixed-point map ``F(x) = Λ x`` (diagonal) with log-likelihood ``-1 - Σ w_i x_i²``: optimum 0."""
+
+    def __init__(self, lam, weights):
+        self.lam, self.weights = np.asarray(lam, float), np.asarray(weights, float)
+        self.evaluated = []
+
+    def loglik(self, x):
+        return -1.0 - float(self.weights @ (x * x))
+
+    def estep(self, parameters, iteration, rows=None):
+        self.evaluated.extend(parameters)
+        return [(self.loglik(x), x) for x in parameters]
+
+    def mstep(self, parameters, statistics):
+        return self.lam * statistics
+
+    def vector(self, parameters):
+        return parameters
+
+    def constrained(self, vector, like):
+        return vector
+
+
+def test_an_extrapolation_is_judged_by_its_em_image():
+    """A fast direction (λ = 0.02) overshot by the step the slow one (λ = 0.95) wants: the point is
+    far below, its EM image (the fast coordinate contracted 50-fold) far above. The loop keeps it."""
+    family, start, tol = _LinearEM([0.02, 0.95], [100.0, 1.0]), np.array([1.0, 3.0]), 1e-14
+    state = em(family, [start], accelerate="squarem", tol=tol, max_iter=1000)
+    history = state.histories[0]
+    below = [t for t, h in enumerate(history) if h["step"] == "extrapolated" and not h["accepted"]]
+    assert below, "no extrapolation fell below the last accepted point"
+    t = below[0]
+    best_before = max(h["loglik"] for h in history[:t] if h["accepted"])
+    assert history[t]["loglik"] < best_before - 10  # the old rule rejected this cycle
+    # the next pass evaluates the point's EM image Λθ' and keeps it (the old rule fell back to F(θ1))
+    np.testing.assert_allclose(family.evaluated[t + 1], family.lam * family.evaluated[t], rtol=1e-15)
+    assert history[t + 1]["accepted"] and history[t + 1]["loglik"] > best_before
+    accepted = [h["loglik"] for h in history if h["accepted"]]
+    assert np.all(np.diff(accepted) >= 0)
+    assert state.converged[0]
+    np.testing.assert_allclose(state.models[0], 0.0, atol=1e-6)
+    # plain EM's passes in closed form: x_t = Λ^t x_0, stop at the first |L_t - L_{t-1}| <= tol |L_t|
+    logliks = [family.loglik(family.lam**k * start) for k in range(2000)]
+    plain = next(k for k in range(1, 2000) if abs(logliks[k] - logliks[k - 1]) <= tol * abs(logliks[k])) + 1
+    assert plain > 250 and state.passes < plain / 10

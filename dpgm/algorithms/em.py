@@ -19,11 +19,13 @@ Options of the loop:
 * plain EM (Dempster et al. 1977): each iteration evaluates ``θ_t`` and moves to
   ``F(θ_t)``. Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|``.
 * ``accelerate="squarem"``: SQUAREM extrapolation (:mod:`dpgm.algorithms.squarem`)
-  with the monotonicity safeguard: an extrapolated point whose log-likelihood is
-  below that of the EM step it extrapolates from is rejected and the loop goes on
-  from the plain EM point. Every evaluated point costs one pass, rejected ones
-  included; an extrapolated point's pass also gives its EM image, the first step
-  of the next cycle. Convergence is judged on EM steps only (plain EM's rule).
+  with the monotonicity safeguard of Varadhan and Roland's reference implementation:
+  an extrapolated point ``θ'`` is not judged itself but through its EM image
+  ``F(θ')`` (the stabilisation step, computed from the pass that evaluates ``θ'``);
+  an image whose log-likelihood is below the last accepted point's is rejected and
+  the loop goes on from the cycle's plain EM point. Every evaluated point costs one
+  pass, rejected ones included. Convergence is judged on EM steps only (plain EM's
+  rule: an image is compared with the point it is the image of).
 * ``incremental=True``: :data:`INCREMENTAL_PASSES` passes of incremental EM (Neal
   and Hinton 1998) over blocks of whole chunks (:data:`INCREMENTAL_BLOCKS` at
   most): each block's statistics are computed in one distributed computation (one
@@ -163,6 +165,7 @@ class _Restart:
     u0: np.ndarray | None = None
     v0: np.ndarray | None = None
     fallback: Any = None
+    pending: float | None = None
     alpha: float = 1.0
     step_max: float = 1.0
     done: bool = False
@@ -321,27 +324,37 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
              accelerate: str | None, report: Callable) -> None:
     """One evaluated point of one restart: record it, accept or reject it, choose the next point."""
     point, kind = run.point, run.kind
-    accepted = kind != "extrapolated" or bool(loglik >= run.best_loglik)
+    if kind == "extrapolated":
+        # not judged itself: its EM image F(θ') (the stabilisation step) is, in the next pass
+        before = run.best_loglik
+        report(i, loglik, loglik - before, point, "extrapolated", bool(loglik >= before))
+        run.pending = loglik
+        run.u0, run.v0 = family.unconstrained(point), run.last_vector
+        run.point, run.kind = family.mstep(point, statistics), "first"
+        return
+    pending, run.pending = run.pending, None
+    accepted = pending is None or bool(loglik >= run.best_loglik)
     previous = run.best_loglik
     change = None if previous is None else loglik - previous
-    report(i, loglik, change, point, "extrapolated" if kind == "extrapolated" else "em", accepted)
-    if not accepted:  # the safeguard: back to the plain EM point F(θ1)
+    report(i, loglik, change, point, "em", accepted)
+    if not accepted:  # the safeguard: back to the plain EM point F(θ1) of the cycle
         run.step_max = shorter_bound(run.step_max, run.alpha)
         run.point, run.kind = run.fallback, "base"
         return
-    if kind == "extrapolated" and run.alpha >= run.step_max:
+    if pending is not None and run.alpha >= run.step_max:
         run.step_max = min(run.step_max * STEP_FACTOR, MAX_STEP)
     run.best, run.best_loglik = point, loglik
+    # convergence is judged on EM steps only: this point's gain over the point it is the EM image of
+    step_change = change if pending is None else loglik - pending
     if change is not None:
         run.last_change = change
-    # convergence is judged on EM steps only (an extrapolation's gain says nothing about the fixed point)
-    if kind != "extrapolated" and change is not None and abs(change) <= tol * abs(loglik):
+    if step_change is not None and abs(step_change) <= tol * abs(loglik):
         run.done = run.converged = True
         return
     following = family.mstep(point, statistics)
     if accelerate is None:
         run.point = following
-    elif kind in ("base", "extrapolated"):
+    elif kind == "base":
         # report() has just taken the point's vector (run.last_vector)
         run.u0, run.v0, run.point, run.kind = family.unconstrained(point), run.last_vector, following, "first"
     else:  # kind == "first": θ1 = point, θ2 = following
