@@ -45,8 +45,10 @@ VARIANTS = {"plain": {}, "squarem": {"accelerate": "squarem"}, "incremental": {"
 
 
 def run(n: int, tol: float, cases: list[str], max_iter: int = 3000,
-        variants: tuple[str, ...] = tuple(VARIANTS)) -> list[dict]:
+        variants: tuple[str, ...] = tuple(VARIANTS), trace: Path | None = None,
+        output: Path | None = None) -> list[dict]:
     rows = []
+    log = None if trace is None else trace.open("a")
     with dpgm.connect(n_workers=2, dashboard_address=":0") as client:
         client.run(lambda: None)
         for name, case in _cases().items():
@@ -59,15 +61,24 @@ def run(n: int, tol: float, cases: list[str], max_iter: int = 3000,
                     continue
                 data = dpgm.open_dataset(path).drop_vars(case["latent"])
                 began = time.perf_counter()
+
+                def record(h: dict, name: str = name, variant: str = variant) -> None:
+                    if log is not None:  # every evaluated point as it comes (long runs can be followed)
+                        log.write(json.dumps([name, variant, h["passes"], h["loglik"], h["step"], h["accepted"]])
+                                  + "\n")
+                        log.flush()
+
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
                     result = dpgm.fit(start, data, method="em", init="model", tol=tol, max_iter=max_iter,
-                                      client=client, **options)
+                                      client=client, callback=record, **options)
                 seconds = time.perf_counter() - began
                 rows.append({"case": name, "rows": n, "tol": tol, "variant": variant, "passes": result.passes,
                              "iterations": result.n_iter, "seconds": seconds, "loglik": result.loglik,
                              "converged": result.converged,
                              "trace": [(h["passes"], h["loglik"], h["step"], h["accepted"]) for h in result.history]})
+                if output is not None:  # after every variant: a long run stopped later keeps what it finished
+                    output.write_text(json.dumps(rows, indent=1))
                 print(f"{name} {variant}: {result.passes} passes, {seconds:.1f} s, loglik {result.loglik!r}",
                       flush=True)
     return rows
@@ -108,12 +119,13 @@ def _plot(rows: list[dict], path: Path) -> None:
     for axis, case in zip(axes[0], cases, strict=True):
         best = max(r["loglik"] for r in rows if r["case"] == case)
         for row in (r for r in rows if r["case"] == case):
-            # rejected extrapolations cost their pass (on the x axis) but are not points the fit holds
+            # points the fit did not keep (an extrapolation below the last accepted point, a rejected
+            # image) cost their pass (on the x axis) but are not drawn
             trace = np.array([(p, ll) for p, ll, step, accepted in row["trace"]
-                              if accepted or step != "extrapolated"])
+                              if accepted or step == "incremental"])
             axis.semilogy(trace[:, 0], np.maximum(best - trace[:, 1], 1e-9), label=row["variant"], marker=".",
                           markersize=3, linewidth=1)
-        axis.set_title(f"{case}, {rows[0]['rows']:,} rows (rejected extrapolations not drawn)")
+        axis.set_title(f"{case}, {rows[0]['rows']:,} rows (points not kept are not drawn)")
         axis.set_xlabel("passes over the data")
         axis.set_ylabel("best final log-likelihood - log-likelihood")
         axis.legend()
@@ -130,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                         help="plain EM is every row's reference: without it, --output and --combine with a run "
                              "that has it")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="append every evaluated point here as it comes (JSON lines)")
     parser.add_argument("--output", type=Path, default=None,
                         help="write this run's rows here only (no table or plot; combine with --combine)")
     parser.add_argument("--name", default="em_accel", help="results/<name>.json and .png")
@@ -139,9 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.combine:
         rows = [row for path in args.combine for row in json.loads(path.read_text())]
     else:
-        rows = run(int(args.rows), args.tol, args.cases, args.max_iter, tuple(args.variants))
+        rows = run(int(args.rows), args.tol, args.cases, args.max_iter, tuple(args.variants), args.trace,
+                   args.output)
         if args.output is not None:
-            args.output.write_text(json.dumps(rows, indent=1))
             return
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
