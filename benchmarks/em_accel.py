@@ -117,7 +117,11 @@ def _plot(rows: list[dict], path: Path) -> None:
     cases = sorted({r["case"] for r in rows})
     figure, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 4.5), squeeze=False)
     for axis, case in zip(axes[0], cases, strict=True):
-        best = max(r["loglik"] for r in rows if r["case"] == case)
+        best_row = max((r for r in rows if r["case"] == case), key=lambda r: r["loglik"])
+        best = best_row["loglik"]
+        if not best_row["converged"]:  # no optimum to measure the distance to: the log-likelihood itself
+            _plot_unfinished(axis, case, [r for r in rows if r["case"] == case], best)
+            continue
         for row in (r for r in rows if r["case"] == case):
             # points the fit did not keep (an extrapolation below the last accepted point, a rejected
             # image) cost their pass (on the x axis) but are not drawn
@@ -131,6 +135,18 @@ def _plot(rows: list[dict], path: Path) -> None:
         axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
+
+
+def _plot_unfinished(axis, case: str, rows: list[dict], best: float) -> None:
+    for row in rows:
+        trace = np.array([(p, ll) for p, ll, step, accepted in row["trace"] if accepted or step == "incremental"])
+        axis.plot(trace[:, 0], trace[:, 1], label=f"{row['variant']} ({'converged' if row['converged'] else 'stopped'})",
+                  marker=".", markersize=2, linewidth=1)
+    axis.set_ylim(best - 10, best + 1)
+    axis.set_title(f"{case}, {rows[0]['rows']:,} rows: no run converged (log-likelihood itself)")
+    axis.set_xlabel("passes over the data")
+    axis.set_ylabel("log-likelihood")
+    axis.legend()
 
 
 def main(argv: list[str] | None = None) -> None:
