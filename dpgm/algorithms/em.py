@@ -164,8 +164,8 @@ class _Restart:
     last_vector: np.ndarray | None = None
     u0: np.ndarray | None = None
     v0: np.ndarray | None = None
-    fallback: Any = None
-    pending: float | None = None
+    fallback: Any = None  # the cycle's plain EM point θ2, where a rejected cycle goes on
+    pending: float | None = None  # L(θ') while ``point`` is the image F(θ') awaiting its judgment
     alpha: float = 1.0
     step_max: float = 1.0
     done: bool = False
