@@ -125,8 +125,7 @@ def _plot(rows: list[dict], path: Path) -> None:
         for row in (r for r in rows if r["case"] == case):
             # points the fit did not keep (an extrapolation below the last accepted point, a rejected
             # image) cost their pass (on the x axis) but are not drawn
-            trace = np.array([(p, ll) for p, ll, step, accepted in row["trace"]
-                              if accepted or step == "incremental"])
+            trace = _kept(row)
             axis.semilogy(trace[:, 0], np.maximum(best - trace[:, 1], 1e-9), label=row["variant"], marker=".",
                           markersize=3, linewidth=1)
         axis.set_title(f"{case}, {rows[0]['rows']:,} rows (points not kept are not drawn)")
@@ -137,9 +136,14 @@ def _plot(rows: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def _kept(row: dict) -> np.ndarray:
+    """(passes, loglik) of the points a run kept (incremental passes' approximate ones included)."""
+    return np.array([(p, ll) for p, ll, step, accepted in row["trace"] if accepted or step == "incremental"])
+
+
 def _plot_unfinished(axis, case: str, rows: list[dict], best: float) -> None:
     for row in rows:
-        trace = np.array([(p, ll) for p, ll, step, accepted in row["trace"] if accepted or step == "incremental"])
+        trace = _kept(row)
         axis.plot(trace[:, 0], trace[:, 1], label=f"{row['variant']} ({'converged' if row['converged'] else 'stopped'})",
                   marker=".", markersize=2, linewidth=1)
     axis.set_ylim(best - 10, best + 1)

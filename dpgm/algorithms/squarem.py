@@ -24,7 +24,7 @@ otherwise it falls back to the plain EM point ``θ2`` (the monotonicity safeguar
 as in Varadhan's reference implementation, which tests the objective after the
 stabilisation step). Judging ``θ'`` itself rejects steps that overshoot along fast
 directions the stabilisation step contracts again: measured on the latent class and
-alarm benchmarks, 0.55-0.75 of the passes to the same optimum with the image judged
+alarm benchmarks, 0.51-0.82 of the passes to the same optimum with the image judged
 (see ``benchmarks/results/em.md``). The step-length bound ``step_max`` starts at 1
 and is multiplied by :data:`STEP_FACTOR` each time an accepted step reached it
 (Varadhan and Roland's ``step.max0 = 1``, ``mstep = 4``); a rejected step of length
