@@ -179,24 +179,46 @@ def test_options_are_checked_before_any_pass():
                  ds, method="mle", accelerate="squarem")
 
 
-def test_restart_pruning_drops_only_restarts_far_behind():
-    """The rule (dpgm.algorithms.em): dropped when loglik + 100 x last increase < the best loglik."""
+def _pruning_rule_met(histories: list[list[dict]], i: int, t: int) -> bool:
+    """Restart i's best log-likelihood after iteration t plus 100 x its last EM step's gain < the leader's."""
+    accepted = [k for k, h in enumerate(histories[i]) if h["accepted"] and h["step"] == "em"
+                and h["iteration"] <= t]
+    leader = max(h["loglik"] for r in histories for h in r
+                 if h["accepted"] and h["step"] == "em" and h["iteration"] <= t)
+    if not accepted or histories[i][accepted[-1]]["change"] is None:
+        return False
+    records, j = histories[i], accepted[-1]
+    gain = (records[j]["loglik"] - records[j - 1]["loglik"] if records[j - 1]["step"] == "extrapolated"
+            else records[j]["change"])
+    return bool(records[j]["loglik"] + 100 * max(gain, 0.0) < leader)
+
+
+@pytest.mark.parametrize("accelerate", [None, "squarem"])
+def test_restart_pruning_drops_only_restarts_far_behind(accelerate):
+    """The rule (dpgm.algorithms.em): dropped when loglik + 100 x the gain of its last EM step < the best loglik.
+
+    The gain of an EM step is taken from the records: for the EM image of an extrapolated point, the
+    image's log-likelihood minus the extrapolated point's (not the cycle's jump); otherwise the change
+    over the previous accepted point.
+    """
     questions = {f"q{i}": ["a", "b", "c"] for i in range(6)}
     truth = dpgm.latent_class_model(questions, 3).randomized(np.random.default_rng(1), concentration=0.3)
     ds = dpgm.sample_bayesian_network(truth, 3000, None, seed=2).drop_vars("class")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
         full = dpgm.fit(dpgm.latent_class_model(questions, 3), ds, method="em", n_init=6, random_state=3,
-                        tol=1e-10, max_iter=2000)
+                        tol=1e-12, max_iter=5000, accelerate=accelerate)
         pruned = dpgm.fit(dpgm.latent_class_model(questions, 3), ds, method="em", n_init=6, random_state=3,
-                          tol=1e-10, max_iter=2000, prune_restarts=True)
-    for i in pruned.info["pruned_restarts"]:
-        history = [h for h in pruned.info["restart_histories"][i] if h["accepted"]]
-        last, change = history[-1]["loglik"], history[-1]["change"]
-        leader = max(h["loglik"] for r in pruned.info["restart_histories"] for h in r
-                     if h["iteration"] <= history[-1]["iteration"])
-        assert last + 100 * max(change, 0.0) < leader
-    # the best optimum is kept (to the stopping rule's precision: tol 1e-10 on the relative change)
+                          tol=1e-12, max_iter=5000, prune_restarts=True, accelerate=accelerate)
+    histories = pruned.info["restart_histories"]
+    assert pruned.info["pruned_restarts"]
+    for i, records in enumerate(histories):
+        last = records[-1]["iteration"]  # a restart's last pass: it was pruned or converged there
+        for t in range(5, last):  # the rule applies from iteration 5, after every pass
+            assert not _pruning_rule_met(histories, i, t), (i, t)
+        if i in pruned.info["pruned_restarts"]:
+            assert _pruning_rule_met(histories, i, last), i
+    # the best optimum is kept (to the stopping rule's precision: tol 1e-12 on the relative change)
     assert pruned.loglik == pytest.approx(full.loglik, rel=1e-9)
     assert sum(len(h) for h in pruned.info["restart_histories"]) <= sum(
         len(h) for h in full.info["restart_histories"])

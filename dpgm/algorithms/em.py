@@ -35,10 +35,11 @@ Options of the loop:
   of the rows of a pass. Full-batch iterations (plain or SQUAREM) then polish to
   the plain EM fixed point.
 * ``prune_restarts=True``: from iteration :data:`PRUNE_AFTER` on, a restart whose
-  log-likelihood plus :data:`PRUNE_HORIZON` times its last increase is still below
-  the best restart's log-likelihood (it would need more than that many further
-  iterations at its present rate just to draw level, and EM's increases shrink) is
-  dropped from the passes.
+  log-likelihood plus :data:`PRUNE_HORIZON` times the gain of its last EM step is
+  still below the best restart's log-likelihood (it would need more than that many
+  further EM steps at its present rate just to draw level, and EM's increases
+  shrink) is dropped from the passes. With SQUAREM the last EM step of a cycle is
+  the one from the extrapolated point to its image, never the extrapolation's jump.
 
 Each record carries ``param_change``: the largest absolute change of the
 parameter vector (:meth:`EMFamily.vector`) since the restart's previous evaluated
@@ -160,7 +161,7 @@ class _Restart:
     kind: str = "base"  # what ``point`` is: "base" (a new start), "first" (F(base)), "extrapolated"
     best: Any = None
     best_loglik: float | None = None
-    last_change: float = float("inf")
+    last_change: float = float("inf")  # gain of the last accepted EM step (pruning's rate)
     last_vector: np.ndarray | None = None
     u0: np.ndarray | None = None
     v0: np.ndarray | None = None
@@ -346,8 +347,8 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     run.best, run.best_loglik = point, loglik
     # convergence is judged on EM steps only: this point's gain over the point it is the EM image of
     step_change = change if pending is None else loglik - pending
-    if change is not None:
-        run.last_change = change
+    if step_change is not None:
+        run.last_change = step_change  # the pruning rule's rate: one EM step's gain, never a jump
     if step_change is not None and abs(step_change) <= tol * abs(loglik):
         run.done = run.converged = True
         return
