@@ -18,7 +18,8 @@ log-likelihood).
 
 ``python -m benchmarks.em_long --summarize --case alarm2 --rows 1e6 --folder ...``
 reads both variants' traces and outcomes and writes
-``benchmarks/results/em_long_<case>_<rows>.json`` (every kept point) and ``.png``
+``benchmarks/results/em_long_<case>_<rows>.json`` (every kept point with its time, and
+each variant's seconds per pass while both ran side by side) and ``.png``
 (distance to the best converged log-likelihood against passes).
 """
 
@@ -40,6 +41,7 @@ import numpy as np  # noqa: E402
 import dpgm  # noqa: E402
 from benchmarks.em import _cases, _store  # noqa: E402
 from benchmarks.em_accel import VARIANTS  # noqa: E402
+from dpgm.cli.outputs import write_text_atomically  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -81,17 +83,32 @@ def main(argv: list[str] | None = None) -> None:
           f"loglik {result.loglik!r}")
     outcome = {"converged": bool(result.converged), "iteration": int(result.n_iter), "loglik": float(result.loglik),
                "tol": args.tol}
-    (args.folder / f"{name}.json").write_text(json.dumps(outcome, indent=1) + "\n")
+    write_text_atomically(args.folder / f"{name}.json", json.dumps(outcome, indent=1) + "\n")
 
 
-def _trace(path: Path) -> list[tuple[int, float]]:
-    """(pass, log-likelihood) of the kept points; a point re-evaluated after a resume counts once."""
-    kept: dict[int, float] = {}
+def _trace(path: Path) -> list[tuple[int, float, int]]:
+    """(pass, log-likelihood, unix time) of the kept points; a point re-evaluated after a resume counts once."""
+    kept: dict[int, tuple[float, int]] = {}
     for line in path.read_text().splitlines():
-        iteration, loglik, _step, accepted = line.split("\t")[:4]
+        iteration, loglik, _step, accepted, when = line.split("\t")[:5]
         if accepted == "True":
-            kept[int(iteration)] = float(loglik)
-    return sorted(kept.items())
+            kept[int(iteration)] = (float(loglik), int(when))
+    return [(p, loglik, when) for p, (loglik, when) in sorted(kept.items())]
+
+
+def _side_by_side(variants: dict) -> dict | None:
+    """Seconds per pass of each variant over the time both were running (the same load on the machine)."""
+    begin = max(v["times"][0] for v in variants.values())
+    end = min(v["times"][-1] for v in variants.values())
+    if end <= begin:
+        return None
+    rates = {}
+    for name, v in variants.items():
+        inside = [(p, t) for p, t in zip(v["passes"], v["times"], strict=True) if begin <= t <= end]
+        passes = inside[-1][0] - inside[0][0]
+        rates[name] = {"passes": passes, "seconds": inside[-1][1] - inside[0][1],
+                       "seconds_per_pass": (inside[-1][1] - inside[0][1]) / passes if passes else None}
+    return {"window_seconds": end - begin, **rates}
 
 
 def summarize(folder: Path, case: str, rows: int, results: Path) -> dict:
@@ -101,8 +118,9 @@ def summarize(folder: Path, case: str, rows: int, results: Path) -> dict:
         name = f"{case}_{rows}_{variant}"
         outcome = json.loads((folder / f"{name}.json").read_text())
         trace = _trace(folder / f"{name}.tsv")
-        summary["variants"][variant] = {**outcome, "passes": [p for p, _ in trace],
-                                        "logliks": [ll for _, ll in trace]}
+        summary["variants"][variant] = {**outcome, "passes": [p for p, _, _ in trace],
+                                        "logliks": [ll for _, ll, _ in trace], "times": [t for _, _, t in trace]}
+    summary["side_by_side"] = _side_by_side(summary["variants"])
     finished = [v for v in summary["variants"].values() if v["converged"]]
     best = max(v["loglik"] for v in finished) if finished else None
     summary["best_loglik"] = best
@@ -110,7 +128,7 @@ def summarize(folder: Path, case: str, rows: int, results: Path) -> dict:
         for v in summary["variants"].values():
             v["rel_to_best"] = abs(v["loglik"] - best) / abs(best)
     stem = results / f"em_long_{case}_{rows}"
-    stem.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_text_atomically(stem.with_suffix(".json"), json.dumps(summary, indent=1) + "\n")
     if best is not None:
         _plot(summary, stem.with_suffix(".png"))
     return summary

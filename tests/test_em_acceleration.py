@@ -5,8 +5,8 @@ a latent class model, a hidden Markov model, a Gaussian mixture), from the same
 start: plain EM's final log-likelihood equals the log-likelihood of its returned
 parameters computed independently (brute-force enumeration of the marginal
 likelihood, or scipy's normal densities), and SQUAREM and incremental EM (alone on the
-network, polished by SQUAREM on the other models) reach it within rel 1e-8 (all run to tol 1e-13, where the remaining EM gain is far below
-that). SQUAREM's accepted points never lower the log-likelihood (rel 1e-9), and
+network, polished by SQUAREM on the other models) reach it within rel 1e-8 (all run to
+tol 1e-13, where the remaining EM gain is far below that). SQUAREM's accepted points never lower the log-likelihood (rel 1e-9), and
 ``result.passes`` equals the passes counted independently from the cluster's task
 stream (E-step map tasks / chunks).
 """
