@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/dpgm demo
 
 test: $(STAMP) $(SYSTEM_STAMP)
-	$(PY) -m ruff check dpgm tests benchmarks
+	$(PY) -m ruff check dpgm tests benchmarks examples
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 

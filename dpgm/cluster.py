@@ -26,7 +26,7 @@ import dask
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["compute", "connect", "current_client", "job_script", "NoWorkers", "SchedulerUnreachable"]
+__all__ = ["compute", "connect", "current_client", "job_script", "NoWorkers", "SchedulerUnreachable", "UnguardedScript"]
 
 # Workers return chunk buffers to the OS by default and allocate them again for the
 # next chunk; keeping them mapped measured 1.3-1.6x faster end to end.
@@ -124,15 +124,23 @@ def connect(
         No scheduler answered in time, or the connection to it was lost.
     NoWorkers
         No worker joined in time.
+    UnguardedScript
+        Called while a worker process re-imports the main script: a script must start
+        the cluster under ``if __name__ == "__main__":``.
 
     Examples
     --------
-    >>> with connect(n_workers=1) as client:  # doctest: +SKIP
-    ...     result = dpgm.fit(model, "data.zarr", client=client)
+    In a script, under the guard (the embedded cluster's worker processes import the
+    script again):
+
+    >>> if __name__ == "__main__":  # doctest: +SKIP
+    ...     with connect(n_workers=1) as client:
+    ...         result = dpgm.fit(model, "data.zarr", client=client)
     >>> with connect(cluster="slurm", jobs=4, timeout=600,  # doctest: +SKIP
     ...              cluster_options={"queue": "short", "walltime": "02:00:00"}) as client:
     ...     result = dpgm.fit(model, "/shared/data.zarr", client=client)
     """
+    _check_not_reimported_main()
     _check_connection(cluster, jobs, timeout)
     if client is not None:
         yield client
@@ -149,7 +157,7 @@ def connect(
     from distributed import Client, LocalCluster
 
     workers = n_workers or os.cpu_count() or 1
-    with dask.config.set({"distributed.worker.daemon": False}):
+    with dask.config.set({"distributed.worker.daemon": False}), _workers_started():
         local_cluster = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -163,6 +171,62 @@ def connect(
         )
     with local_cluster, Client(local_cluster) as local:
         yield local
+
+
+class UnguardedScript(RuntimeError):
+    """``connect()`` ran while a worker process was re-importing the user's script."""
+
+
+GUARD_ADVICE = (
+    "dpgm.connect() ran while a worker process was importing your script: put the code that "
+    "starts the cluster under `if __name__ == \"__main__\":` (worker processes import the main "
+    "script again; see the README, 'Clusters')"
+)
+
+
+def _check_not_reimported_main() -> None:
+    """Refuse to start a cluster from a spawned child that is re-importing ``__main__``.
+
+    Worker processes are started with ``spawn``: each imports the main script again
+    (as ``__mp_main__``) before it runs. A script that calls ``connect()`` at its top
+    level would start a cluster inside every worker, which waits for its own workers,
+    forever. :mod:`multiprocessing` marks a child in that phase with ``_inheriting``
+    (what its own "bootstrapping phase" check reads).
+    """
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # one line from each worker, no traceback: the driver raises the same advice
+        raise SystemExit(f"error: {GUARD_ADVICE}")
+
+
+def _main_script_unguarded() -> bool:
+    """Whether ``__main__`` is a script file without an ``if __name__ == "__main__":`` block."""
+    import ast
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return False
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__":
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _workers_started() -> Iterator[None]:
+    """Name the usual cause when the embedded cluster's worker processes fail to start."""
+    try:
+        yield
+    except RuntimeError:
+        if _main_script_unguarded():
+            raise UnguardedScript(GUARD_ADVICE) from None  # the workers' own lines said why
+        raise
 
 
 def _check_connection(cluster: str | None, jobs: int | None, timeout: float) -> None:
