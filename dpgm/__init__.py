@@ -3,35 +3,106 @@
 The public API lives here; see the README for a tour.
 """
 
-from dpgm.algorithms.result import FitResult
-from dpgm.api import fit, predict_proba
-from dpgm.api.glm_predict import predict
-from dpgm.cluster import compute, connect
-from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
-from dpgm.data.convert import convert
-from dpgm.data.sample import sample_bayesian_network
-from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
-from dpgm.inference import (
-    ImpossibleEvidenceError,
-    JunctionTree,
-    log_partition,
-    map_assignment,
-    marginal,
-    marginals,
-)
-from dpgm.io import read_bif, read_uai, write_bif, write_uai
-from dpgm.models import BayesianNetwork, latent_class_model
-from dpgm.models.gaussian import GaussianGraphicalModel
-from dpgm.models.glm import GLMConditional
-from dpgm.models.hmm import HiddenMarkovModel, hmm
-from dpgm.models.hybrid import HybridNetwork
-from dpgm.models.linear_gaussian import LinearGaussianNetwork
-from dpgm.models.log_linear import LogLinearModel
-from dpgm.models.markov import MarkovNetwork
-from dpgm.models.mixture import GaussianMixture
-from dpgm.models.store import load
-from dpgm.networks import available_networks, load_network
-from dpgm.stats import Counts, Moments, counts, moments
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpgm.algorithms.result import FitResult
+    from dpgm.api import fit, predict_proba
+    from dpgm.api.glm_predict import predict
+    from dpgm.cluster import compute, connect
+    from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
+    from dpgm.data.convert import convert
+    from dpgm.data.sample import sample_bayesian_network
+    from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
+    from dpgm.inference import (
+        ImpossibleEvidenceError,
+        JunctionTree,
+        log_partition,
+        map_assignment,
+        marginal,
+        marginals,
+    )
+    from dpgm.io import read_bif, read_uai, write_bif, write_uai
+    from dpgm.models import BayesianNetwork, latent_class_model
+    from dpgm.models.gaussian import GaussianGraphicalModel
+    from dpgm.models.glm import GLMConditional
+    from dpgm.models.hmm import HiddenMarkovModel, hmm
+    from dpgm.models.hybrid import HybridNetwork
+    from dpgm.models.linear_gaussian import LinearGaussianNetwork
+    from dpgm.models.log_linear import LogLinearModel
+    from dpgm.models.markov import MarkovNetwork
+    from dpgm.models.mixture import GaussianMixture
+    from dpgm.models.store import load
+    from dpgm.networks import available_networks, load_network
+    from dpgm.stats import Counts, Moments, counts, moments
+
+_PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm --help` stay fast
+    "available_networks": "dpgm.networks",
+    "BayesianNetwork": "dpgm.models",
+    "compute": "dpgm.cluster",
+    "connect": "dpgm.cluster",
+    "ConvergenceWarning": "dpgm.errors",
+    "convert": "dpgm.data.convert",
+    "Counts": "dpgm.stats",
+    "counts": "dpgm.stats",
+    "DataError": "dpgm.errors",
+    "DpgmWarning": "dpgm.errors",
+    "fit": "dpgm.api",
+    "FitResult": "dpgm.algorithms.result",
+    "from_pandas": "dpgm.data",
+    "from_table": "dpgm.data",
+    "GaussianGraphicalModel": "dpgm.models.gaussian",
+    "GaussianMixture": "dpgm.models.mixture",
+    "GLMConditional": "dpgm.models.glm",
+    "HiddenMarkovModel": "dpgm.models.hmm",
+    "hmm": "dpgm.models.hmm",
+    "HybridNetwork": "dpgm.models.hybrid",
+    "ImpossibleEvidenceError": "dpgm.inference",
+    "JunctionTree": "dpgm.inference",
+    "latent_class_model": "dpgm.models",
+    "LinearGaussianNetwork": "dpgm.models.linear_gaussian",
+    "load": "dpgm.models.store",
+    "load_network": "dpgm.networks",
+    "log_partition": "dpgm.inference",
+    "LogLinearModel": "dpgm.models.log_linear",
+    "map_assignment": "dpgm.inference",
+    "marginal": "dpgm.inference",
+    "marginals": "dpgm.inference",
+    "MarkovNetwork": "dpgm.models.markov",
+    "Moments": "dpgm.stats",
+    "moments": "dpgm.stats",
+    "open_dataset": "dpgm.data",
+    "predict": "dpgm.api.glm_predict",
+    "predict_proba": "dpgm.api",
+    "read_bif": "dpgm.io",
+    "read_uai": "dpgm.io",
+    "sample_bayesian_network": "dpgm.data.sample",
+    "Schema": "dpgm.data",
+    "to_pandas": "dpgm.data",
+    "write_bif": "dpgm.io",
+    "write_dataset": "dpgm.data",
+    "write_uai": "dpgm.io",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        try:  # a subpackage used as an attribute (``dpgm.potentials``)
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
 
 __all__ = [
     "BayesianNetwork",
