@@ -1,33 +1,59 @@
-# `make demo` and `make test` each build .venv from scratch if it is missing.
+# `make demo` and `make test` each build .venv from scratch if it is missing, and install the
+# locked versions (requirements/*.txt, written by `make lock`) with the pip the venv comes with:
+# every package pinned, --no-deps, so pip resolves nothing and never backtracks; --no-compile leaves
+# byte-compiling to the first import of each module (3.5x faster: benchmarks/results/install.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+PIP := $(PY) -m pip install --quiet --no-deps --no-compile
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
+TEST_STAMP := $(VENV)/.test-stamp
 SYSTEM_STAMP := $(VENV)/.system-stamp
+# the platform the lock is resolved for (CI and the project's machines)
+LOCK_FOR := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean lock
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# what `make demo` needs: dpgm's dependencies and matplotlib for its plot
+$(RUNTIME_STAMP): requirements/runtime.txt pyproject.toml | $(PY)
+	$(PIP) -r requirements/runtime.txt
+	$(PIP) -e .
+	$(PY) -m pip check
+	touch $@
+
+# the tests add the peers (pgmpy, pyAgrum, statsmodels, scikit-learn, hmmlearn), moto's S3 server, linters
+$(TEST_STAMP): requirements/test.txt $(RUNTIME_STAMP)
+	$(PIP) -r requirements/test.txt
+	$(PY) -m pip check
+	touch $@
 
 # Debian packages for the real-process tests (SLURM, a headless browser); see scripts/
-$(SYSTEM_STAMP): scripts/system-packages.txt scripts/install-system-packages.sh $(STAMP)
+$(SYSTEM_STAMP): scripts/system-packages.txt scripts/install-system-packages.sh $(TEST_STAMP)
 	bash scripts/install-system-packages.sh
 	touch $(SYSTEM_STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(VENV)/bin/dpgm demo
 
-test: $(STAMP) $(SYSTEM_STAMP)
+test: $(TEST_STAMP) $(SYSTEM_STAMP)
 	$(PY) -m ruff check dpgm tests benchmarks examples
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.counts
+
+# Resolve pyproject.toml's ranges again (today's newest versions) into the two locks: the test set
+# first, then the runtime set constrained by it, so a package has one version in both.
+lock: | $(PY)
+	$(PY) -m pip install --quiet uv
+	$(VENV)/bin/uv pip compile pyproject.toml --extra test --extra plot $(LOCK_FOR) --quiet \
+		--custom-compile-command 'make lock' -o requirements/test.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra plot $(LOCK_FOR) -c requirements/test.txt --quiet \
+		--custom-compile-command 'make lock' -o requirements/runtime.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
