@@ -20,6 +20,7 @@ from dpgm.inference import (
     marginals,
 )
 from dpgm.io import read_bif, read_uai, write_bif, write_uai
+from dpgm.io.peers import from_pgmpy
 from dpgm.models import BayesianNetwork, latent_class_model
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.glm import GLMConditional
@@ -58,6 +59,7 @@ __all__ = [
     "convert",
     "counts",
     "from_pandas",
+    "from_pgmpy",
     "fit",
     "from_table",
     "hmm",
