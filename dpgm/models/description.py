@@ -22,6 +22,7 @@ from dpgm.models.mixture import GaussianMixture
 __all__ = ["describe"]
 
 CONTINUOUS = "continuous"
+CATEGORICAL = "categorical"  # a GLM parent whose states the model does not store
 
 
 def describe(model: Any) -> dict[str, Any]:
@@ -32,7 +33,8 @@ def describe(model: Any) -> dict[str, Any]:
     dict
         ``kind`` (class name), ``fitted``, ``n_params`` (``None`` before a fit where
         it depends on the data's states), ``variables`` (name -> list of state labels,
-        ``"continuous"``, or ``None`` where the model does not say), ``structure``
+        ``"continuous"``, ``"categorical"`` for a GLM's categorical parent, whose reference state the
+        model does not store, or ``None`` before a fit where the data will say), ``structure``
         (kind-specific: ``edges``, ``cliques``, ``scopes``, ``n_components``, ``terms``, ...).
 
     Raises
@@ -105,14 +107,17 @@ def _mixture(model: GaussianMixture):
 
 
 def _glm_variables(model: GLMConditional) -> dict[str, Any]:
-    """Child and parents: a parent is continuous when it is a term itself, categorical when it has
-    indicator terms (``parent[state]``: the reference state is not named); unknown before a fit."""
-    terms = model.terms if model.is_fitted else ()
-    child: Any = list(model.child_states) if model.child_states is not None else (
-        CONTINUOUS if model.family in ("gaussian", "poisson") and model.is_fitted else None)
-    variables = {model.child: child}
+    """Child and parents: the child's states where it is categorical, else continuous; a parent is
+    continuous when it is a term itself, ``"categorical"`` when it has indicator terms (``parent[state]``:
+    its reference state is not stored); unknown (``None``) before a fit."""
+    if not model.is_fitted:
+        return dict.fromkeys(model.variables)
+    terms = model.terms
+    variables: dict[str, Any] = {
+        model.child: list(model.child_states) if model.child_states is not None else CONTINUOUS}
     for p in model.parents:
-        variables[p] = CONTINUOUS if p in terms else None
+        variables[p] = CONTINUOUS if p in terms else CATEGORICAL if any(t.startswith(f"{p}[") for t in terms) \
+            else None
     return variables
 
 
