@@ -226,7 +226,13 @@ class BayesianNetwork:
         Examples
         --------
         >>> bn = BayesianNetwork.from_edges([("rain", "wet")], {"rain": ["y", "n"], "wet": ["y", "n"]})
-        >>> print(bn.summary().split("\n\n")[2])
+        >>> print(bn.summary())
+        BayesianNetwork: 2 variables, 1 edges, 3 free parameters
+        <BLANKLINE>
+        P(rain)
+        | y    n
+        | 0.5  0.5
+        <BLANKLINE>
         P(wet | rain)
         rain | y    n
         y    | 0.5  0.5
