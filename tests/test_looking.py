@@ -350,6 +350,11 @@ def test_dpgm_fit_out_keeps_the_fit_record_and_info_shows_it(tmp_path):
     text = run("info", tmp_path / "model.zarr").stdout
     assert f"log-likelihood {report['loglik']:.6f}" in text and "mle, converged" in text
     assert "2,000 rows" in text
+    dataset = json.loads(run("info", data, "--json").stdout)  # the same command on the dataset
+    schema = dpgm.Schema.from_dataset(dpgm.open_dataset(data))
+    assert dataset["kind"] == "dataset" and dataset["n_rows"] == 2000 and dataset["chunks"] == [700, 700, 600]
+    assert dataset["variables"] == {v: list(schema.states[v]) if v in schema.states else "continuous"
+                                    for v in ["region", "smoker", "cough", "age", "income", "default"]}
 
 
 def test_dpgm_info_refuses_an_unfinished_model_store(tmp_path):
