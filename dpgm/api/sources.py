@@ -132,8 +132,12 @@ def _is_table_input(path: str) -> bool:
 
     try:
         fs, _, paths = fsspec.get_fs_token_paths(path)
-        return bool(paths) and fs.isdir(paths[0]) and any(
-            p.lower().endswith(TABLE_SUFFIXES) for p in fs.find(paths[0], maxdepth=2))
+        if not paths or not fs.isdir(paths[0]):
+            return False
+        top = {posixpath.basename(p.rstrip("/")) for p in fs.ls(paths[0], detail=False)}
+        if top & {"zarr.json", ".zgroup", ".zattrs"}:  # a Zarr store (v3 or v2): never list its chunks
+            return False
+        return any(p.lower().endswith(TABLE_SUFFIXES) for p in fs.find(paths[0], maxdepth=2))
     except (OSError, ValueError):
         return False
 
