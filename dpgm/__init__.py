@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         marginals,
     )
     from dpgm.io import read_bif, read_uai, write_bif, write_uai
+    from dpgm.io.peers import from_pgmpy
     from dpgm.models import BayesianNetwork, latent_class_model
     from dpgm.models.gaussian import GaussianGraphicalModel
     from dpgm.models.glm import GLMConditional
@@ -53,6 +54,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "fit": "dpgm.api",
     "FitResult": "dpgm.algorithms.result",
     "from_pandas": "dpgm.data",
+    "from_pgmpy": "dpgm.io.peers",
     "from_table": "dpgm.data",
     "GaussianGraphicalModel": "dpgm.models.gaussian",
     "GaussianMixture": "dpgm.models.mixture",
@@ -129,6 +131,7 @@ __all__ = [
     "convert",
     "counts",
     "from_pandas",
+    "from_pgmpy",
     "fit",
     "from_table",
     "hmm",

@@ -19,6 +19,7 @@ from dpgm.api.log_linear import fit_log_linear
 from dpgm.api.markov import fit_markov_network
 from dpgm.api.mixture import fit_gaussian_mixture
 from dpgm.api.predict import predict_proba
+from dpgm.api.sources import open_source
 from dpgm.api.undirected_em import fit_undirected_em
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.gaussian import GaussianGraphicalModel
@@ -46,6 +47,7 @@ def fit(
     client: Client | None = None,
     progress: bool = False,
     callback: Callable[[dict[str, float]], None] | None = None,
+    convert: bool = False,
     **options: Any,
 ) -> FitResult:
     """Fit a model's parameters to data.
@@ -89,6 +91,11 @@ def fit(
         (``client=`` or the default client) every record is also logged as a
         ``"dpgm.fit"`` event, with the fit id, method, restart, elapsed time and
         rows/s of the last pass, for the dashboard's ``/dpgm`` page.
+    convert
+        ``data`` may also be a path: a Zarr store is opened; CSV/TSV/Parquet input (a
+        file, a folder or a glob) is refused with what to do, or, with ``convert=True``,
+        converted on the cluster into ``<stem>.zarr`` next to it (never over an existing
+        store) and fitted (see :func:`dpgm.api.sources.open_source`).
     **options
         Method options (see above).
 
@@ -120,6 +127,7 @@ def fit(
     >>> result.converged, result.n_params
     (True, 18)
     """
+    data = open_source(data, convert=convert, client=client)
     resolved = check_fit_options(model, method, {"tol": tol, "max_iter": max_iter, **options})
     check_checkpoint(model, data, resolved, {"tol": tol, "max_iter": max_iter, **options})
     if method == "em" and isinstance(data, xr.DataArray):

@@ -87,15 +87,34 @@ def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite,
 
 @cli.command()
 @click.argument("data", type=click.Path())
-def info(data) -> None:
-    """Schema, chunking and row count of the dataset DATA."""
-    from dpgm.data import Schema, open_dataset
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+def info(data, as_json) -> None:
+    """Describe the dataset or saved model DATA.
+
+    A dataset: its schema, chunking and row count. A model store (``model.save()``,
+    ``dpgm fit --out``): its kind, variables and states, structure, free parameters,
+    and the fit that produced it where the store keeps one.
+    """
+    from dpgm.api.sources import group_attributes
 
     click.get_current_context().meta["dpgm.inputs"] = [data]
+    with errors():
+        attrs = group_attributes(data, storage_options())
+    if attrs is not None and "dpgm_model" in attrs:
+        _model_info(data, attrs, as_json)
+        return
+    from dpgm.data import Schema, open_dataset
+
     with errors():
         ds = open_dataset(data, storage_options=storage_options())
         schema = Schema.from_dataset(ds)
     chunks = ds[next(iter(ds.data_vars))].chunks[0] if ds.data_vars else ()
+    if as_json:
+        click.echo(json.dumps({
+            "kind": "dataset", "n_rows": schema.n_rows, "chunks": [int(c) for c in chunks],
+            "variables": {name: list(v.states) if v.categorical else "continuous" for name, v in schema.items()},
+            "weight": schema.weight, "complete_marker": "dpgm_complete" in ds.attrs}))
+        return
     click.echo(f"{data}: {schema.n_rows:,} rows in {len(chunks)} chunks of up to {max(chunks, default=0):,} rows")
     for name, variable in schema.items():
         if variable.categorical:
@@ -107,6 +126,74 @@ def info(data) -> None:
     if "dpgm_complete" not in ds.attrs:
         click.echo("note: no completion marker (written by an earlier dpgm or another tool): dpgm cannot tell "
                    "whether every chunk was written; write it again with this dpgm to be sure")
+
+
+def _model_info(path: str, attrs: dict, as_json: bool) -> None:
+    """``dpgm info`` of a model store: :func:`dpgm.models.description.describe` of the model read back,
+    with the fit record the store keeps (``dpgm fit --out``)."""
+    from dpgm.models.description import describe
+    from dpgm.models.store import load
+
+    with errors():
+        model = load(path, storage_options=storage_options())
+        try:
+            description = describe(model)
+        except TypeError:  # a class taught by dpgm.models.saving.register: its kind is all we know
+            description = {"kind": attrs["dpgm_model"], "fitted": None, "n_params": None, "variables": {},
+                           "structure": {}}
+    description["fit"] = attrs.get("dpgm_fit")
+    if as_json:
+        click.echo(json.dumps({"path": str(path)} | description, default=str))
+        return
+    for line in _model_lines(path, description):
+        click.echo(line)
+
+
+def _model_lines(path: str, description: dict) -> list[str]:
+    """The text of ``dpgm info MODEL``: kind and size, one line per variable, the structure, the fit."""
+    structure, variables = description["structure"], description["variables"]
+    n_params = description["n_params"]
+    head = f"{path}: {description['kind']}, {len(variables)} variables"
+    if "edges" in structure:
+        head += f", {len(structure['edges'])} edges"
+    head += (f", {n_params:,} free parameters" if n_params is not None else ", not fitted")
+    lines = [head]
+    width = max([8, *(len(v) for v in variables)])
+    for name, states in variables.items():
+        if isinstance(states, list):
+            lines.append(f"  {name:{width}s} {len(states):3d} states: {', '.join(states)}")
+        else:
+            lines.append(f"  {name:{width}s} {states or 'states from the data'}")
+    for key, value in structure.items():
+        if key == "edges":
+            text = ", ".join(f"{a} -> {b}" for a, b in value) or "none"
+        elif key in ("cliques", "scopes", "margins") and value is not None:
+            text = "; ".join(f"({', '.join(scope)})" for scope in value) or "none"
+        elif key == "nodes":
+            text = ", ".join(f"{v}: {kind}" for v, kind in value.items())
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, list):
+            text = ", ".join(map(str, value)) or "none"
+        else:
+            text = str(value)
+        lines.append(f"{key}: {text}")
+    fit = description.get("fit")
+    if fit:
+        state = "converged" if fit.get("converged") else "NOT converged"
+        lines.append(f"fit: {fit.get('method')}, {state} after {fit.get('n_iter')} iterations, "
+                     f"{fit.get('passes')} pass(es) over {fit.get('n_rows', 0):,.0f} rows of {fit.get('data')}")
+        scores = [f"{name} {fit[key]:.6f}" for key, name in (("loglik", "log-likelihood"), ("aic", "AIC"),
+                                                               ("bic", "BIC"), ("g2", "G^2"))
+                  if isinstance(fit.get(key), int | float)]
+        if fit.get("df") is not None:
+            scores.append(f"df {fit['df']}")
+        if fit.get("seconds") is not None:
+            scores.append(f"{fit['seconds']:.2f} s")
+        lines.append("     " + "   ".join(scores))
+    else:
+        lines.append("fit: no record in the store (saved with model.save(); `dpgm fit --out` keeps one)")
+    return lines
 
 
 @cli.command()

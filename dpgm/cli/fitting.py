@@ -89,7 +89,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
                 result = run(model, ds, method=chosen, client=client, progress=progress(),
                              callback=_echo_iteration, **options)
             seconds = time.perf_counter() - start
-        save_model(result.model, out)
+        save_model(result.model, out, result=result, data=data, seconds=seconds)
         click.echo(result.summary())
         click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
         if plot_path:

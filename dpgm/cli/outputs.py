@@ -110,14 +110,27 @@ def removed_on_failure(path: str | os.PathLike[str]) -> Iterator[None]:
         raise
 
 
-def save_model(model, out: str) -> None:
+def save_model(model, out: str, *, result=None, data: str | None = None, seconds: float | None = None) -> None:
     """Save under a temporary name next to ``out``, then rename (a remote store is written in place; its
-    completion marker, set last, tells a finished store from a partial one)."""
+    completion marker, set last, tells a finished store from a partial one). With ``result`` (the
+    FitResult), the store keeps a record of the fit (:func:`fit_record`; ``dpgm info`` shows it)."""
+    from dpgm.models.saving import save
+
+    fit = None if result is None else fit_record(result, data, seconds)
     if is_remote(out):
-        model.save(out, mode="w")
+        save(model, out, mode="w", fit=fit)
         return
     with replacing(out) as pending:
-        model.save(pending, mode="w-")
+        save(model, pending, mode="w-", fit=fit)
+
+
+def fit_record(result, data: str | None, seconds: float | None) -> dict:
+    """What a model store keeps of the fit that produced it: the result without its history (the method,
+    convergence, log-likelihood, goodness of fit, its scalar extras), the data's path and the seconds."""
+    record = {k: v for k, v in result.to_dict().items() if k not in ("history", "info")}
+    record["info"] = {k: v for k, v in result.info.items() if isinstance(v, int | float | str | bool)}
+    where = None if data is None else str(data) if is_remote(data) else os.path.abspath(data)
+    return record | {"data": where, "seconds": seconds}
 
 
 _PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")

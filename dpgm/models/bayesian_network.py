@@ -205,6 +205,78 @@ class BayesianNetwork:
     def __repr__(self) -> str:
         return f"BayesianNetwork({len(self.variables)} variables, {len(self.edges)} edges)"
 
+    def n_free_parameters(self) -> int:
+        """Free parameters: ``(k - 1)`` per parent configuration of every table.
+
+        Raises
+        ------
+        ValueError
+            For a structure without tables (:attr:`is_parameterized` is false).
+        """
+        from dpgm.models.summary import table_free_parameters
+
+        if not self.is_parameterized:
+            raise ValueError("the network has no tables (a structure without states); give it states first")
+        return table_free_parameters([self.cpds[v].shape for v in self.variables])
+
+    def summary(self, digits: int = 6) -> str:
+        """Every conditional probability table as text: one row per parent configuration, one column per
+        state of the variable, ``digits`` significant digits.
+
+        Examples
+        --------
+        >>> bn = BayesianNetwork.from_edges([("rain", "wet")], {"rain": ["y", "n"], "wet": ["y", "n"]})
+        >>> print(bn.summary())
+        BayesianNetwork: 2 variables, 1 edges, 3 free parameters
+        <BLANKLINE>
+        P(rain)
+        | y    n
+        | 0.5  0.5
+        <BLANKLINE>
+        P(wet | rain)
+        rain | y    n
+        y    | 0.5  0.5
+        n    | 0.5  0.5
+        """
+        from dpgm.models.summary import labelled_block, render
+
+        header = f"BayesianNetwork: {len(self.variables)} variables, {len(self.edges)} edges"
+        if not self.is_parameterized:
+            edges = ", ".join(f"{p} -> {c}" for p, c in self.edges)
+            return render([header + " (a structure: its states and tables come from the data)",
+                           f"  edges: {edges or 'none'}"], [])
+        blocks = [labelled_block(f"P({v}" + (f" | {', '.join(self.parents(v))})" if self.parents(v) else ")"),
+                                 self.cpds[v], columns=v, digits=digits) for v in self.variables]
+        return render(f"{header}, {self.n_free_parameters()} free parameters", blocks)
+
+    def to_pgmpy(self):
+        """The network as a pgmpy ``DiscreteBayesianNetwork`` of ``TabularCPD``s, state names kept.
+
+        Raises
+        ------
+        ImportError
+            pgmpy is not installed (``pip install pgmpy``).
+        ValueError
+            For a structure without tables.
+        """
+        from dpgm.models.interop import bayesian_network_to_pgmpy
+
+        return bayesian_network_to_pgmpy(self)
+
+    def to_pyagrum(self):
+        """The network as a ``pyagrum.BayesNet`` with labelled variables and the same tables (doubles).
+
+        Raises
+        ------
+        ImportError
+            pyAgrum is not installed (``pip install pyagrum``).
+        ValueError
+            For a structure without tables.
+        """
+        from dpgm.models.interop import bayesian_network_to_pyagrum
+
+        return bayesian_network_to_pyagrum(self)
+
     @classmethod
     def from_arrays(
         cls,

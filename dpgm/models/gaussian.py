@@ -171,6 +171,20 @@ class GaussianGraphicalModel:
         tables: dict[str, Any] = {} if not self.is_fitted else {"mean": self.mean, "covariance": self.covariance}
         return tables | {"__attrs__": {"variables": list(self.variables), "edges": [list(e) for e in self.edges]}}
 
+    def summary(self, digits: int = 6) -> str:
+        """The mean, covariance and precision (zero off the graph) as text, ``digits`` significant digits."""
+        from dpgm.models.summary import labelled_block, render
+
+        edges = ", ".join(f"{a} - {b}" for a, b in self.edges)
+        header = [f"GaussianGraphicalModel: {len(self.variables)} variables, {self.n_edges} edges, "
+                  f"{self.n_free_parameters()} free parameters" + ("" if self.is_fitted else " (not fitted)"),
+                  f"  edges: {edges or 'none'}"]
+        if not self.is_fitted:
+            return render(header, [])
+        return render(header, [labelled_block("mean", self.mean, digits=digits),
+                               labelled_block("covariance", self.covariance, digits=digits),
+                               labelled_block("precision", self.precision, digits=digits)])
+
     def __repr__(self) -> str:
         state = "fitted" if self.is_fitted else "structure"
         return f"GaussianGraphicalModel({len(self.variables)} variables, {self.n_edges} edges, {state})"

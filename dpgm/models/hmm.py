@@ -90,6 +90,23 @@ class HiddenMarkovModel:
     def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> HiddenMarkovModel:
         return cls(tables["start"], tables["transition"], tables["emission"])
 
+    def n_free_parameters(self) -> int:
+        """Start (``n - 1``), transition (``n (n - 1)``) and emission (``n (m - 1)``) probabilities."""
+        n, m = self.emission.shape
+        return n * (n + m - 1) - 1
+
+    def summary(self, digits: int = 6) -> str:
+        """Start, transition and emission probabilities as text, ``digits`` significant digits."""
+        from dpgm.models.summary import labelled_block, render
+
+        n, m = self.emission.shape
+        header = (f"HiddenMarkovModel: {n} hidden states of {self.hidden!r}, {m} symbols of {self.variable!r}, "
+                  f"{self.n_free_parameters()} free parameters")
+        return render(header, [
+            labelled_block(f"start P({self.hidden}_1)", self.start, digits=digits),
+            labelled_block(f"transition P({self.hidden}_t+1 | {self.hidden}_t)", self.transition, digits=digits),
+            labelled_block(f"emission P({self.variable}_t | {self.hidden}_t)", self.emission, digits=digits)])
+
     def __repr__(self) -> str:
         return f"HiddenMarkovModel({self.n_states} hidden states, {self.emission.shape[1]} symbols of {self.variable!r})"
 

@@ -138,21 +138,33 @@ class HybridNetwork:
                 count += math.prod(c.coefficients.shape[1:]) - 1  # one variance per latent state
         return count
 
-    def summary(self) -> str:
-        """Each node: its table's shape or its GLM's coefficient table."""
-        lines = [f"HybridNetwork: {len(self.variables)} variables, {len(self.glm_nodes)} GLM nodes"]
+    def summary(self, digits: int = 6) -> str:
+        """Each node's parameters as text: a table's probabilities (``digits`` significant digits), a GLM
+        node's coefficient table (:meth:`GLMConditional.summary`), or, for a child of a latent variable,
+        its coefficients (and variances) per latent state."""
+        from dpgm.models.summary import labelled_block, render
+
+        header = f"HybridNetwork: {len(self.variables)} variables, {len(self.glm_nodes)} GLM nodes"
+        if self.is_fitted:
+            header += f", {self.n_free_parameters()} free parameters"
+        blocks = []
         for v in self.variables:
-            if v in self.conditionals and self.conditionals[v].coefficients is not None \
-                    and self.conditionals[v].coefficients.ndim == 1 + (self.families[v] == "categorical"):
-                lines.append(self.conditionals[v].summary())
-            elif v in self.conditionals:
-                lines.append(f"{v} | {list(self._parents[v])}: {self.families[v]}, coefficients\n"
-                             f"{self.conditionals[v].coefficients.to_pandas()}")
+            given = f" | {', '.join(self._parents[v])}" if self._parents[v] else ""
+            glm = self.conditionals.get(v)
+            if glm is not None and glm.coefficients is not None \
+                    and glm.coefficients.ndim == 1 + (self.families[v] == "categorical"):
+                blocks.append(glm.summary())
+            elif glm is not None and glm.coefficients is not None:
+                blocks.append(labelled_block(f"{v}{given}: {self.families[v]}, coefficients by "
+                                             f"{glm.coefficients.dims[-1]}", glm.coefficients, digits=digits))
+                if glm.scale_by_state is not None:
+                    blocks.append(labelled_block(f"{v}: residual variance by {glm.scale_by_state.dims[0]}",
+                                                 glm.scale_by_state, digits=digits))
             elif v in self.tables:
-                lines.append(f"{v} | {list(self._parents[v])}: table {dict(self.tables[v].sizes)}")
+                blocks.append(labelled_block(f"P({v}{given})", self.tables[v], columns=v, digits=digits))
             else:
-                lines.append(f"{v} | {list(self._parents[v])}: {self.kind(v)} (not fitted)")
-        return "\n".join(lines)
+                blocks.append(f"{v}{given}: {self.kind(v)} (not fitted)")
+        return render(header, blocks)
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group."""

@@ -117,6 +117,26 @@ class LinearGaussianNetwork:
             parameters[v] = {"intercept": s["intercept"], "coefficients": coefficients, "variance": s["variance"]}
         return network.with_parameters(parameters)
 
+    def summary(self, digits: int = 6) -> str:
+        """Each node's intercept, coefficient per parent and residual variance as text, ``digits``
+        significant digits."""
+        from dpgm.models.summary import block, render
+
+        edges = ", ".join(f"{p} -> {c}" for p, c in self.edges)
+        header = [f"LinearGaussianNetwork: {len(self.variables)} variables, {len(self.edges)} edges, "
+                  f"{self.n_free_parameters()} free parameters" + ("" if self.is_fitted else " (not fitted)"),
+                  f"  edges: {edges or 'none'}"]
+        if self.parameters is None:
+            return render(header, [])
+        blocks = []
+        for v in self.variables:
+            p = self.parameters[v]
+            parents = self.parents(v)
+            values = [p["intercept"], *np.asarray(p["coefficients"].values, dtype=float), p["variance"]]
+            blocks.append(block(f"{v} | {', '.join(parents)}" if parents else v, [], [()],
+                                ["Intercept", *parents, "variance"], [values], digits))
+        return render(header, blocks)
+
     def __repr__(self) -> str:
         state = "fitted" if self.is_fitted else "structure"
         return f"LinearGaussianNetwork({len(self.variables)} variables, {len(self.edges)} edges, {state})"

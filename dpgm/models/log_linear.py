@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,17 +10,11 @@ import numpy as np
 import xarray as xr
 
 from dpgm.models.saving import pop_zeros, zeros_table
+from dpgm.models.summary import hierarchical_free_parameters
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
 from dpgm.potentials import labelled_table
 
 __all__ = ["LogLinearModel", "hierarchical_free_parameters"]
-
-
-def hierarchical_free_parameters(margins: Sequence[Sequence[str]], states: Mapping[str, Sequence[str]]) -> int:
-    """Free parameters of the hierarchical model of ``margins``: one per cell of every term in their
-    closure under subsets, each axis less its reference state (``prod (k_v - 1)``)."""
-    terms = {tuple(sorted(sub)) for m in margins for k in range(1, len(m) + 1) for sub in itertools.combinations(m, k)}
-    return int(sum(math.prod(len(states[v]) - 1 for v in term) for term in terms))
 
 
 class LogLinearModel:
@@ -197,6 +190,26 @@ class LogLinearModel:
         model = cls(tables, weights, zeros)
         model.margins = [tuple(m) for m in attrs["margins"]] if attrs.get("margins") else None
         return model
+
+    def summary(self, digits: int = 6) -> str:
+        """Every feature's weight as text (``-inf``: forbidden where the feature is positive), each with its
+        scope, then the structural zeros (1 = cell fixed at zero), ``digits`` significant digits."""
+        from dpgm.models.summary import block, labelled_block, render
+
+        header = (f"LogLinearModel: {len(self.variables)} variables, {len(self.features)} features on "
+                  f"{len(self.scopes)} scopes, {self.n_free_parameters()} free parameters")
+        if self.margins is not None:
+            header += "\n  margins: " + "; ".join(f"({', '.join(m)})" for m in self.margins)
+        names = list(self.features)
+        rows = [(name, ",".join(self._canonical(self.features[name]))) for name in names]
+        blocks = [block("weights", ["feature", "scope"], rows, ["weight"],
+                        [[self.weights[n]] for n in names], digits)] if names else []
+        if self.structural_zeros is not None:
+            zeros = self.structural_zeros
+            blocks.append(labelled_block(f"structural zeros on ({', '.join(map(str, zeros.dims))}): "
+                                         f"{int(zeros.sum())} cells fixed at zero", zeros.astype(float),
+                                         digits=digits))
+        return render(header, blocks)
 
     def __repr__(self) -> str:
         return f"LogLinearModel({len(self.features)} features on {len(self.scopes)} scopes)"

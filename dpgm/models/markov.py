@@ -126,6 +126,29 @@ class MarkovNetwork:
         zeros = pop_zeros(tables)
         return cls({tuple(k.split(",")): t for k, t in tables.items()}, zeros)
 
+    def n_free_parameters(self) -> int:
+        """Free parameters of the hierarchical model of the scopes (what a fit reports): one per cell of
+        every scope's subsets, each axis less its reference state."""
+        from dpgm.models.summary import hierarchical_free_parameters
+
+        return hierarchical_free_parameters(self.scopes, self.states)
+
+    def summary(self, digits: int = 6) -> str:
+        """Every potential as text (one column per state of the scope's last variable), then the structural
+        zeros (1 = cell fixed at zero), ``digits`` significant digits."""
+        from dpgm.models.summary import labelled_block, render
+
+        header = (f"MarkovNetwork: {len(self.variables)} variables, {len(self.potentials)} potentials, "
+                  f"{self.n_free_parameters()} free parameters")
+        blocks = [labelled_block(f"potential on ({', '.join(scope)})", table, digits=digits)
+                  for scope, table in self.potentials.items()]
+        if self.structural_zeros is not None:
+            zeros = self.structural_zeros
+            blocks.append(labelled_block(f"structural zeros on ({', '.join(map(str, zeros.dims))}): "
+                                         f"{int(zeros.sum())} cells fixed at zero", zeros.astype(float),
+                                         digits=digits))
+        return render(header, blocks)
+
     def __repr__(self) -> str:
         zeros = "" if self.structural_zeros is None else f", {int(self.structural_zeros.sum())} structural zeros"
         return f"MarkovNetwork({len(self.variables)} variables, {len(self.potentials)} potentials{zeros})"

@@ -219,6 +219,27 @@ class GaussianMixture:
         return tables | {"__attrs__": {"n_components": self.n_components, "variables": list(self.variables),
                                        "covariance_type": self.covariance_type}}
 
+    def summary(self, digits: int = 6) -> str:
+        """Weights, means and covariances (one matrix per component for ``"full"``, the variances for
+        ``"diag"`` and ``"spherical"``, the shared matrix for ``"tied"``) as text, ``digits`` significant
+        digits."""
+        from dpgm.models.summary import labelled_block, render
+
+        header = (f"GaussianMixture: {self.n_components} components over {len(self.variables)} variables "
+                  f"({', '.join(self.variables)}), covariance_type {self.covariance_type!r}, "
+                  f"{self.n_free_parameters()} free parameters" + ("" if self.is_fitted else " (not fitted)"))
+        if not self.is_fitted:
+            return render(header, [])
+        blocks = [labelled_block("weights", self.weights, digits=digits),
+                  labelled_block("means", self.means, digits=digits)]
+        if self.covariance_type == "full":
+            blocks += [labelled_block(f"covariance of component {k}", self.covariances.isel(component=k),
+                                      digits=digits) for k in range(self.n_components)]
+        else:
+            title = {"diag": "variances", "spherical": "variance", "tied": "covariance (shared)"}
+            blocks.append(labelled_block(title[self.covariance_type], self.covariances, digits=digits))
+        return render(header, blocks)
+
     def __repr__(self) -> str:
         state = "fitted" if self.is_fitted else "structure"
         return (f"GaussianMixture({self.n_components} components, {len(self.variables)} variables, "

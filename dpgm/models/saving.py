@@ -33,8 +33,10 @@ def register(cls: type, tables: Callable[[Any], dict], build: Callable[[dict, di
     CODECS[cls.__name__] = (cls, tables, build)
 
 
-def save(model: Any, path: str | os.PathLike[str], *, mode: str = "w-", storage_options: dict | None = None) -> None:
-    """Write a model to a Zarr group (``mode="w"`` overwrites)."""
+def save(model: Any, path: str | os.PathLike[str], *, mode: str = "w-", storage_options: dict | None = None,
+         fit: dict | None = None) -> None:
+    """Write a model to a Zarr group (``mode="w"`` overwrites); ``fit``: a JSON-able record of the fit that
+    produced it (``dpgm fit --out`` keeps one; ``dpgm info`` shows it), in the group attribute ``dpgm_fit``."""
     name = type(model).__name__
     if name in CODECS:
         tables = dict(CODECS[name][1](model))
@@ -45,6 +47,8 @@ def save(model: Any, path: str | os.PathLike[str], *, mode: str = "w-", storage_
                         "(dpgm.models.saving.register)")
     extra = tables.pop("__attrs__", {})
     attrs = {"dpgm_model": name, "dpgm_model_version": MODEL_FORMAT_VERSION, "extra": extra}
+    if fit is not None:
+        attrs["dpgm_fit"] = fit
     write_tables(path, tables, attrs, mode=mode, storage_options=storage_options)
 
 
