@@ -74,6 +74,10 @@ def _imports(name: str, path: Path, modules: dict[str, Path], *, lazy: bool) -> 
             visit(child)
 
     visit(tree)
+    if lazy and name == "dpgm":  # the public names, imported from their modules on first use (PEP 562)
+        import dpgm
+
+        found.update(dpgm._PUBLIC.values())
     return {m for m in found if m in modules and m != name}
 
 
