@@ -90,7 +90,8 @@ def latent_class_frame(seed: int, n_rows: int, questions: list[str], order: list
     """Answers of a 3-class latent class model, categories in ``order``."""
     rng = np.random.default_rng(seed)
     classes = rng.choice(3, n_rows, p=[0.5, 0.3, 0.2])
-    p_yes = rng.uniform(0.05, 0.95, (3, len(questions)))
+    pattern = np.array([[1, 1, 0, 0, 1, 0], [0, 1, 1, 0, 0, 1], [1, 0, 1, 1, 0, 0]])[:, :len(questions)]
+    p_yes = np.where(pattern == 1, 0.85, 0.12) + rng.uniform(-0.03, 0.03, pattern.shape)  # well separated
     answers = rng.random((n_rows, len(questions))) < p_yes[classes]
     return pd.DataFrame({q: pd.Categorical(np.where(answers[:, j], "yes", "no"), categories=order)
                          for j, q in enumerate(questions)})
@@ -160,7 +161,7 @@ def test_readme_latent_class_model_on_reversed_labels_from_zarr_on_two_workers(t
     """The README's ``latent_class_model({q: ["no", "yes"]})`` on data labelled ("yes", "no"), read from
     Zarr on a 2-worker cluster: the same fit as on data labelled ("no", "yes") (same random starts, by
     label), its log-likelihood the brute-force one of the returned model."""
-    questions = ["q1", "q2", "q3", "q4"]
+    questions = [f"q{i}" for i in range(1, 7)]
     frame = latent_class_frame(5, 1500, questions, ["yes", "no"])
     dpgm.write_dataset(dpgm.from_pandas(frame), tmp_path / "answers.zarr", chunk_rows=400)
     stored = dpgm.open_dataset(tmp_path / "answers.zarr")
@@ -369,13 +370,16 @@ def test_hmm_symbols_in_another_order_match_hmmlearn_by_label():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
         ours = dpgm.fit(start, appearance, init="model", tol=0, max_iter=15)
-    reference = CategoricalHMM(n_components=2, n_features=3, init_params="", params="ste", n_iter=15, tol=-np.inf)
-    reference.startprob_, reference.transmat_, reference.emissionprob_ = start.arrays()
-    reference.fit(sequences.reshape(-1, 1), [sequences.shape[1]] * sequences.shape[0])
-    np.testing.assert_allclose([h["loglik"] for h in ours.history], reference.monitor_.history, rtol=1e-8)
+    references = []
+    for n_iter in (15, 14):  # the returned model is the one the last log-likelihood was computed at
+        reference = CategoricalHMM(n_components=2, n_features=3, init_params="", params="ste", n_iter=n_iter,
+                                   tol=-np.inf)
+        reference.startprob_, reference.transmat_, reference.emissionprob_ = start.arrays()
+        references.append(reference.fit(sequences.reshape(-1, 1), [sequences.shape[1]] * sequences.shape[0]))
+    np.testing.assert_allclose([h["loglik"] for h in ours.history], references[0].monitor_.history, rtol=1e-8)
     assert ours.model.states["obs"] == ("a", "b", "c")
-    np.testing.assert_allclose(ours.model.emission.values, reference.emissionprob_, rtol=1e-7)
-    np.testing.assert_allclose(ours.model.transition.values, reference.transmat_, rtol=1e-7)
+    np.testing.assert_allclose(ours.model.emission.values, references[1].emissionprob_, rtol=1e-7)
+    np.testing.assert_allclose(ours.model.transition.values, references[1].transmat_, rtol=1e-7)
 
 
 def test_hmm_random_starts_do_not_depend_on_the_data_order():
@@ -449,14 +453,17 @@ def test_hybrid_em_declared_states_of_an_observed_child():
     declared = {"z": ["b", "a"], "housing": ["rent", "own"]}
     network = dpgm.HybridNetwork([("z", "housing"), ("z", "income"), ("x", "income")],
                                  families={"income": "gaussian", "x": "gaussian"}, states=declared)
-    options = {"method": "em", "n_init": 2, "random_state": 0, "tol": 1e-10, "max_iter": 2000}
+    options = {"method": "em", "n_init": 2, "random_state": 0, "tol": 1e-13, "max_iter": 5000}
     rows = dpgm.from_pandas(frame[["housing", "income", "x"]])
     ours = dpgm.fit(network, rows, **options)
     same_order = dpgm.fit(network, relabel(rows, {"housing": ["rent", "own"]}), **options)
     table = ours.model.tables["housing"]
     assert list(table.coords["housing"].values) == ["rent", "own"]
     assert list(table.coords["z"].values) == ["b", "a"]
-    np.testing.assert_allclose(table.values, by_label(same_order.model.tables["housing"], table), rtol=1e-6)
+    # the random starts hash each row's codes, so the two fits may name the latent states the other way round
+    theirs = by_label(same_order.model.tables["housing"], table)
+    swapped = not np.allclose(table.values, theirs, rtol=1e-6)
+    np.testing.assert_allclose(table.values, theirs[:, ::-1] if swapped else theirs, rtol=1e-6)
     assert ours.loglik == pytest.approx(same_order.loglik, rel=1e-10)
 
 
@@ -468,7 +475,7 @@ def test_label_sets_that_differ_are_refused_naming_the_variable_and_both_sides()
     data = dpgm.from_pandas(frame)
     extra = dpgm.from_pandas(frame.assign(q1=frame["q1"].cat.add_categories("maybe")))
     model = dpgm.latent_class_model({"q1": ["no", "yes"], "q2": ["no", "yes"]}, 2)
-    with pytest.raises(dpgm.DataError, match=r"variable 'q1'.*\['maybe', 'no', 'yes'\].*\['no', 'yes'\].*"
+    with pytest.raises(dpgm.DataError, match=r"variable 'q1'.*\['no', 'yes', 'maybe'\].*\['no', 'yes'\].*"
                                              r"the model lacks \['maybe'\]"):
         dpgm.fit(model, extra, method="em")
     bigger = dpgm.latent_class_model({"q1": ["yes", "maybe", "no"], "q2": ["no", "yes"]}, 2)
