@@ -501,3 +501,6 @@ def test_a_float_column_named_by_a_network_is_called_continuous():
     with pytest.raises(dpgm.DataError, match=r"variable 'age'.*continuous in the data \(float64\); a MarkovNetwork"):
         dpgm.fit(dpgm.MarkovNetwork.from_cliques([("age", "smoker")], {"age": ["0", "1"], "smoker": ["no", "yes"]}),
                  data)
+    sequences = xr.Dataset({"obs": (("row", "time"), np.ones((3, 4)))})
+    with pytest.raises(dpgm.DataError, match=r"variable 'obs'.*continuous in the data \(float64\); a HiddenMarkovModel"):
+        dpgm.fit(dpgm.hmm(2, ["a", "b"], variable="obs"), sequences)

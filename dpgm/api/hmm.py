@@ -80,7 +80,7 @@ def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, 
     from dpgm.cluster import current_client
 
     states = data_states(data)
-    if model.variable not in states:
+    if model.variable not in states and model.variable not in getattr(data, "data_vars", ()):  # continuous: align
         raise DataError(f"the sequence variable {model.variable!r} is not in the data; known: {sorted(states)}")
     mine = model  # random starts are drawn in the model's own order of its labels
     model, order = align(model, data, states=states, variables=[model.variable])
