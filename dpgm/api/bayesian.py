@@ -16,8 +16,9 @@ from dpgm.algorithms.bayesian import (
 )
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
-from dpgm.api.checks import check_variables, complete_counts, data_states, saturated_scope
+from dpgm.api.checks import complete_counts, data_states, saturated_scope
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
+from dpgm.api.labels import StateOrder, align
 from dpgm.api.results import fit_result
 from dpgm.cpt import PRIORS, random_tables
 from dpgm.errors import DataError
@@ -56,7 +57,8 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
         method = "bayes"
     _check_prior(prior, equivalent_sample_size)
     states = data_states(data)
-    check_variables(model.variables, model.states, states)
+    model, order = align(model, data, states=states)
+    pseudo_counts = order.tables(pseudo_counts, dict(zip(model.variables, model.families, strict=True)), states)
     families = model.families
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     scopes = families + ([saturated] if saturated else [])
@@ -75,8 +77,9 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
         observed = tables[saturated].values
         g2, pearson = deviance_and_pearson(observed, _bn_joint(estimate, saturated))
         df = int(observed.size - 1 - n_params)
-    return fit_result(estimate, method, loglik=family_loglik(estimate, tables), n_rows=float(tables.n_rows),
-                      n_params=n_params, info=info, log_marginal_likelihood=score, g2=g2, pearson=pearson, df=df)
+    return order.restore(fit_result(estimate, method, loglik=family_loglik(estimate, tables),
+                                    n_rows=float(tables.n_rows), n_params=n_params, info=info,
+                                    log_marginal_likelihood=score, g2=g2, pearson=pearson, df=df))
 
 
 def _family_plan(model: BayesianNetwork):
@@ -86,11 +89,22 @@ def _family_plan(model: BayesianNetwork):
                       {v: model.parents(v) for v in model.variables})
 
 
-def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state) -> list[np.ndarray]:
-    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``: the same draw, flattened."""
+def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state,
+                   order: StateOrder | None = None) -> list[np.ndarray]:
+    """The parameters of ``[model.randomized(rng) for _ in range(n_init)]``: the same draw, flattened.
+
+    The draw is in ``model``'s order of its labels, then permuted into the data's
+    (``order``), so a seed gives the same starts, by label, whatever the data's order.
+    """
     rng = np.random.default_rng(random_state)
     shapes = {v: table.shape for v, table in model.cpds.items()}
-    return [plan.flatten(random_tables(rng, shapes)) for _ in range(n_init)]
+    starts = []
+    for _ in range(n_init):
+        tables = random_tables(rng, shapes)
+        if order:
+            tables = {v: order.array(t, model.cpds[v].dims) for v, t in tables.items()}
+        starts.append(plan.flatten(tables))
+    return starts
 
 
 class BayesianNetworkEM:
@@ -170,16 +184,18 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
     latent = [v for v in model.variables if v not in states]
     if not observed:
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
-    check_variables(observed, model.states, states)
+    mine = model  # random starts are drawn in the model's own order of its labels
+    model, order = align(model, data, states=states, variables=observed)
+    pseudo_counts = order.tables(pseudo_counts, dict(zip(model.variables, model.families, strict=True)), states)
     plan = _family_plan(model)
     pseudo = plan.pseudo_counts(prior, equivalent_sample_size, pseudo_counts)
     client = client or current_client()
     data = maybe_persist(data, observed, persist, client)
     family = BayesianNetworkEM(model, plan, data, observed, pseudo, client, progress)
     if init in (None, "random") and n_init >= 1:
-        starts = _random_starts(model, plan, n_init, random_state)
+        starts = _random_starts(mine, plan, n_init, random_state, order)
     else:
-        starts = [family.from_model(m) for m in initial_models(model, n_init, random_state, init)]
+        starts = [family.from_model(order.to_data(m)) for m in initial_models(mine, n_init, random_state, init)]
     state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
@@ -188,4 +204,4 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
     result = em_result(state, "em", n_params=n_free_parameters(model), n_rows=total_rows(data, client))
     result.info["latent"] = latent
     result.info["tree_width"] = plan.structure.width if plan.has_tree else None  # None: no row needed the tree
-    return result
+    return order.restore(result)

@@ -23,19 +23,48 @@ def data_states(data: xr.Dataset | xr.DataArray) -> dict[str, tuple[str, ...]]:
     return Schema.from_dataset(data).states
 
 
-def check_variables(variables: Sequence[str], model_states: dict, data_states: dict) -> None:
+def check_variables(variables: Sequence[str], model_states: dict, data_states: dict, *, data=None,
+                    kind: str = "model") -> None:
+    """Every variable is a categorical variable of the data, with the model's labels (in any order).
+
+    Raises
+    ------
+    DataError
+        A variable continuous in ``data`` (saying so, for a ``kind`` that needs categorical
+        codes), absent from the data, or whose labels differ from the model's as a set
+        (naming both lists and what each side lacks). The order of the labels may differ:
+        :mod:`dpgm.api.labels` permutes the model into the data's.
+    """
     absent = [v for v in variables if v not in data_states]
+    continuous = [v for v in absent if isinstance(data, xr.Dataset) and v in data.data_vars]
+    if continuous:
+        v = continuous[0]
+        raise DataError(
+            f"is continuous in the data ({data[v].dtype}); a {kind} needs categorical codes: convert it with "
+            f"--categorical {v} (dpgm convert), or give dpgm.from_pandas a categorical column "
+            f"(df[{v!r}].astype('category'))", variable=v,
+        )
     if absent:
         raise DataError(
             f"model variables {absent} are not in the data; latent variables need method='em'; "
             f"data variables: {sorted(data_states)}"
         )
     for v in variables:
-        if v in model_states and tuple(model_states[v]) != tuple(data_states[v]):
-            raise DataError(
-                f"the model's states {tuple(model_states[v])!r} differ from the data's {tuple(data_states[v])!r}",
-                variable=v,
-            )
+        if v in model_states:
+            check_labels(v, model_states[v], data_states[v])
+
+
+def check_labels(variable: str, model_labels: Sequence[str], data_labels: Sequence[str]) -> None:
+    """The model's and the data's labels of one variable are the same set (their order may differ)."""
+    model_labels, data_labels = [str(s) for s in model_labels], [str(s) for s in data_labels]
+    if sorted(model_labels) == sorted(data_labels) and len(set(model_labels)) == len(model_labels):
+        return
+    lacks = [f"the model lacks {[s for s in data_labels if s not in model_labels]}"] * any(
+        s not in model_labels for s in data_labels)
+    lacks += [f"the data lacks {[s for s in model_labels if s not in data_labels]}"] * any(
+        s not in data_labels for s in model_labels)
+    raise DataError(f"the data's states {data_labels} and the model's {model_labels} are not the same labels "
+                    f"(matched by name, in any order): {'; '.join(lacks) or 'a label repeats'}", variable=variable)
 
 
 def complete_counts(data, scopes, client, progress, labelled: bool = True) -> Counts:

@@ -43,31 +43,59 @@ def fitted_conditional(model: GLMConditional | HybridNetwork, variable: str | No
     return model
 
 
-def prediction_design(conditional: GLMConditional, schema: Schema) -> Design:
-    """The design of the fitted conditional's parents on this data; the terms must be the fit's."""
+def prediction_design(conditional: GLMConditional, schema: Schema) -> tuple[Design, np.ndarray]:
+    """The design of the fitted conditional's parents on this data, and its coefficients for that design.
+
+    Categorical parents are matched by label: on data whose labels are in another order
+    than the fit's, the coefficients are re-expressed against the data's first label as
+    reference (each indicator's coefficient less the new reference's, the difference
+    added to the intercept), which predicts exactly what the fit predicts for each
+    labelled row.
+
+    Raises
+    ------
+    DataError
+        A parent absent from the data, categorical here and continuous in the fit (or
+        the reverse), or with other labels than the fit's.
+    """
     absent = [p for p in conditional.parents if p not in schema]
     if absent:
         raise DataError(f"the parents {absent} of {conditional.child!r} are not in the data; "
                         f"known: {sorted(schema)}")
-    parents, terms = [], ["Intercept"]
+    fitted = list(conditional.terms)
+    c = conditional.coefficients
+    table = (c.transpose("term", "state") if "state" in c.dims else c.expand_dims("state", axis=1)).values
+    row = {t: table[i].astype(np.float64) for i, t in enumerate(fitted)}
+    parents, terms, rows, used = [], ["Intercept"], [row["Intercept"].copy()], {"Intercept"}
     for p in conditional.parents:
-        if schema[p].categorical:
-            states = schema[p].states or ()
-            parents.append((p, len(states)))
-            terms += [f"{p}[{s}]" for s in states[1:]]
-        else:
+        if not schema[p].categorical:
+            if p not in row:
+                raise DataError(f"is continuous in the data but categorical in the fit of {conditional.child!r} "
+                                f"(fitted terms {fitted})", variable=p)
             parents.append((p, 0))
             terms.append(p)
-    if tuple(terms) != conditional.terms:
-        raise DataError(f"the data's parent terms {terms} differ from the fitted ones {list(conditional.terms)} "
-                        "(other states?)", variable=conditional.child)
-    n_classes = conditional.coefficients.sizes.get("state", 0) + 1 if conditional.family == "categorical" else 0
-    return Design(conditional.child, conditional.family, tuple(parents), tuple(terms), None, n_classes)
-
-
-def _coefficients(conditional: GLMConditional) -> np.ndarray:
-    c = conditional.coefficients
-    return (c.transpose("state", "term") if "state" in c.dims else c).values.astype(np.float64).ravel()
+            rows.append(row[p])
+            used.add(p)
+            continue
+        states = list(schema[p].states or ())
+        named = [s for s in states if f"{p}[{s}]" in row]
+        if len(named) != len(states) - 1:
+            raise DataError(f"the data's states {states} are not the fitted ones: the fit of {conditional.child!r} "
+                            f"has terms for {named} and one reference state (fitted terms {fitted})", variable=p)
+        effect = {s: row[f"{p}[{s}]"] if s in named else np.zeros_like(rows[0]) for s in states}
+        rows[0] = rows[0] + effect[states[0]]  # zero when the data's first label is the fit's reference
+        for s in states[1:]:
+            rows.append(effect[s] - effect[states[0]])
+            terms.append(f"{p}[{s}]")
+        parents.append((p, len(states)))
+        used.update(f"{p}[{s}]" for s in named)
+    unknown = [t for t in fitted if t not in used]
+    if unknown:
+        raise DataError(f"the fitted terms {unknown} have no counterpart in the data's parents (other states?); "
+                        f"the data's terms: {terms}", variable=conditional.child)
+    n_classes = c.sizes.get("state", 0) + 1 if conditional.family == "categorical" else 0
+    coefficients = np.stack(rows).T.ravel()  # state-major: each class's coefficients over the terms
+    return Design(conditional.child, conditional.family, tuple(parents), tuple(terms), None, n_classes), coefficients
 
 
 def glm_probabilities(model: GLMConditional | HybridNetwork, data: xr.Dataset, variable: str | None
@@ -79,13 +107,13 @@ def glm_probabilities(model: GLMConditional | HybridNetwork, data: xr.Dataset, v
     if conditional.family in ("gaussian", "poisson"):
         raise TypeError(f"{conditional.child!r} is a {conditional.family} child: it has no state probabilities; "
                         "dpgm.predict gives its mean")
-    design = prediction_design(conditional, Schema.from_dataset(data))
+    design, coefficients = prediction_design(conditional, Schema.from_dataset(data))
     if conditional.family == "bernoulli":
         labels = list(conditional.child_states or ("0", "1"))
     else:
         later = [str(s) for s in conditional.coefficients.coords["state"].values]
         labels = list(conditional.child_states or ("reference", *later))
-    return glm_prediction_map(data, design, _coefficients(conditional), len(labels)), labels
+    return glm_prediction_map(data, design, coefficients, len(labels)), labels
 
 
 def _most_probable(block: np.ndarray) -> np.ndarray:
@@ -143,8 +171,8 @@ def predict(
     child = conditional.child
     attrs: dict = {"predicted_from": list(conditional.parents)}
     if conditional.family in ("gaussian", "poisson"):
-        design = prediction_design(conditional, Schema.from_dataset(data))
-        values = glm_prediction_map(data, design, _coefficients(conditional), 1)[:, 0]
+        design, coefficients = prediction_design(conditional, Schema.from_dataset(data))
+        values = glm_prediction_map(data, design, coefficients, 1)[:, 0]
     else:
         probabilities, labels = glm_probabilities(model, data, variable)
         values = probabilities.map_blocks(_most_probable, drop_axis=1, dtype=np.int8)

@@ -7,6 +7,7 @@ import numpy as np
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import data_states
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
+from dpgm.api.labels import align
 from dpgm.errors import DataError
 from dpgm.models.hmm import HiddenMarkovModel
 
@@ -79,20 +80,19 @@ def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, 
     from dpgm.cluster import current_client
 
     states = data_states(data)
-    if model.variable not in states:
+    if model.variable not in states and model.variable not in getattr(data, "data_vars", ()):  # continuous: align
         raise DataError(f"the sequence variable {model.variable!r} is not in the data; known: {sorted(states)}")
-    if tuple(states[model.variable]) != model.states[model.variable]:
-        raise DataError(f"the model's symbols {model.states[model.variable]!r} differ from the data's "
-                        f"{tuple(states[model.variable])!r}", variable=model.variable)
+    mine = model  # random starts are drawn in the model's own order of its labels
+    model, order = align(model, data, states=states, variables=[model.variable])
     client = client or current_client()
     data = maybe_persist(data, [model.variable], persist, client)
     family = HiddenMarkovEM(model, data, client, progress)
-    starts = initial_models(model, n_init, random_state, init)
+    starts = [order.to_data(m) for m in initial_models(mine, n_init, random_state, init)]
     state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
     n_params = model.n_states * (model.n_states + model.emission.shape[1] - 1) - 1
-    return em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))
+    return order.restore(em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client)))
 
 
 def _normalize(counts: np.ndarray, previous: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ import xarray as xr
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_tabular
 from dpgm.api.glm_node import GLMPlan, check_first_pass, glm_result, node, plan_glm
+from dpgm.api.labels import align
 from dpgm.api.results import fit_result
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
@@ -58,6 +59,8 @@ def fit_hybrid(model: HybridNetwork, data, method: str | None, *, tol, max_iter,
     if latent:
         raise DataError(f"model variables {latent} are not in the data; latent variables need method='em'; "
                         f"data variables: {sorted(schema)}")
+    # states declared for observed variables: matched by label, the tables handed back in the declared order
+    model, order = align(model, data, states=schema.states, variables=[v for v in model.states if v in schema])
     plan, plans = plan_network(model, schema)
     nodes = {v: node(p, tol=tol, max_iter=max_iter) for v, p in plans.items()}
     statistics = hybrid_pass(data, plan, {v: None for v in nodes}, count=True, client=client, progress=progress)
@@ -96,8 +99,10 @@ def fit_hybrid(model: HybridNetwork, data, method: str | None, *, tol, max_iter,
         loglik += results[v].loglik
     fitted = model.with_parameters(tables, {v: r.model for v, r in results.items()})
     # each GLM node warned for itself, naming it
-    return fit_result(fitted, "mle", loglik=loglik, converged=all(r.converged for r in results.values()),
-                      n_iter=max((r.n_iter for r in results.values()), default=0), n_rows=n_rows,
-                      n_params=fitted.n_free_parameters(), history=history, passes=passes,
-                      info={"nodes": results, "node_logliks": {v: r.loglik for v, r in results.items()}}, warn=False)
+    result = fit_result(fitted, "mle", loglik=loglik, converged=all(r.converged for r in results.values()),
+                        n_iter=max((r.n_iter for r in results.values()), default=0), n_rows=n_rows,
+                        n_params=fitted.n_free_parameters(), history=history, passes=passes,
+                        info={"nodes": results, "node_logliks": {v: r.loglik for v, r in results.items()}},
+                        warn=False)
+    return order.restore(result)
 

@@ -27,6 +27,7 @@ from dpgm.algorithms.irls import solve_normal_equations
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_tabular
 from dpgm.api.glm_node import GLMPlan, plan_glm
+from dpgm.api.labels import align
 from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.glm import GLMConditional
@@ -221,6 +222,8 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
     if not isinstance(data, xr.Dataset):
         raise TypeError(f"a HybridNetwork is fitted to a dataset of rows, got a {type(data).__name__}")
     schema = Schema.from_dataset(data)
+    # states declared for observed variables: matched by label, the tables handed back in the declared order
+    model, order = align(model, data, states=schema.states, variables=[v for v in model.states if v in schema])
     plan, plans = _plan(model, schema)
     client = client or current_client()
     data = maybe_persist(data, plan.observed, persist, client)
@@ -238,4 +241,4 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
     fitted = state.models[state.best]
     result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(data, client))
     result.info["latent"] = [plan.latent]
-    return result
+    return order.restore(result)

@@ -10,12 +10,12 @@ from dpgm.algorithms.result import FitResult
 from dpgm.algorithms.tables import JointEngine, engine_for, zero_offsets
 from dpgm.algorithms.weights import WEIGHT_METHODS, fit_weights
 from dpgm.api.checks import (
-    check_variables,
     counts_with_zeros,
     data_states,
     saturated_scope,
     structural_zeros_for,
 )
+from dpgm.api.labels import align
 from dpgm.api.results import fit_result
 from dpgm.models.log_linear import LogLinearModel
 
@@ -27,7 +27,7 @@ def fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, client
     if method not in WEIGHT_METHODS:
         raise ValueError(f"unknown method {method!r} for a LogLinearModel; expected one of {WEIGHT_METHODS}")
     states = data_states(data)
-    check_variables(model.variables, model.states, states)
+    model, labels = align(model, data, states=states)
     zeros = structural_zeros_for(model, structural_zeros, states)
     features, order = feature_set(model)
     n_params = model.n_free_parameters()
@@ -45,5 +45,5 @@ def fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, client
                                           saturated, n_params)
                 if saturated and isinstance(engine, JointEngine) else None)
     fitted = model.with_structural_zeros(zeros).with_weights(order, theta)
-    return fit_result(fitted, method, loglik=run.loglik, converged=run.converged, n_iter=run.n_iter, n_rows=n,
-                      n_params=n_params, history=run.history, goodness=goodness)
+    return labels.restore(fit_result(fitted, method, loglik=run.loglik, converged=run.converged, n_iter=run.n_iter,
+                                    n_rows=n, n_params=n_params, history=run.history, goodness=goodness))

@@ -10,12 +10,12 @@ from dpgm.algorithms.result import FitResult
 from dpgm.algorithms.tables import JointEngine, engine_for, loglik_from_potentials, zero_offsets
 from dpgm.algorithms.weights import WEIGHT_METHODS, fit_weights
 from dpgm.api.checks import (
-    check_variables,
     counts_with_zeros,
     data_states,
     saturated_scope,
     structural_zeros_for,
 )
+from dpgm.api.labels import align
 from dpgm.api.results import fit_result
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import hierarchical_free_parameters
@@ -33,7 +33,7 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     if method not in _MARKOV_METHODS:
         raise ValueError(f"unknown method {method!r} for a MarkovNetwork; expected one of {_MARKOV_METHODS}")
     states = data_states(data)
-    check_variables(model.variables, model.states, states)
+    model, order = align(model, data, states=states)
     scopes = model.scopes
     zeros = structural_zeros_for(model, structural_zeros, states)
     if not loglik_tol >= 0:
@@ -85,5 +85,5 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
         loglik = loglik_from_potentials(counts, log_potentials, log_z, n)
     goodness = (saturated_goodness_of_fit(features, engine, log_potentials, tables[saturated], saturated, n_params)
                 if saturated and joint else None)
-    return fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
-                      n_params=n_params, history=history, goodness=goodness)
+    return order.restore(fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
+                                    n_params=n_params, history=history, goodness=goodness))

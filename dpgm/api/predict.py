@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import xarray as xr
 
-from dpgm.api.checks import check_variables, data_states
+from dpgm.api.checks import data_states
+from dpgm.api.labels import align
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.glm import GLMConditional
 from dpgm.models.hybrid import HybridNetwork
@@ -106,12 +107,12 @@ def _discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
                         f"got {type(model).__name__}")
     if isinstance(model, BayesianNetwork) and not model.is_parameterized:
         raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
-    factors = model.factors()
     if variable not in model.variables:
         raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
     states = data_states(data)
     observed = [v for v in model.variables if v in states and v != variable]
-    check_variables(observed, model.states, states)
+    model, _ = align(model, data, states=states, variables=observed)  # ``variable`` keeps the model's order
+    factors = model.factors()
     tree = BatchedTree(model.variables, {v: len(model.states[v]) for v in model.variables}, factors)
     values = posterior_map(data, tree, observed, variable, len(model.states[variable]))
     return values, list(model.states[variable])

@@ -8,8 +8,9 @@ from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.result import FitResult
 from dpgm.algorithms.tables import engine_for, zero_offsets
-from dpgm.api.checks import check_variables, data_states
+from dpgm.api.checks import data_states
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
+from dpgm.api.labels import align
 from dpgm.errors import DataError
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
@@ -146,7 +147,8 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     observed = [v for v in model.variables if v in states]
     if not observed:
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
-    check_variables(observed, model.states, states)
+    mine = model  # random starts are drawn in the model's own order of its labels
+    model, order = align(model, data, states=states, variables=observed)
     cards = {v: len(model.states[v]) for v in model.variables}
     zeros = merge_structural_zeros(model.structural_zeros,
                                    check_structural_zeros(structural_zeros, model.variables, model.states),
@@ -165,7 +167,9 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     structure = build_tree(model.variables, cards, [*scopes, *fixed])
     family = UndirectedEM(model, data, observed, cards, structure, fixed, client, progress, inner_iter, engine,
                           features)
-    starts = [family.from_model(m) for m in initial_models(model, n_init, random_state, init, randomize=_perturbed)]
+    starts = [family.from_model(order.to_data(m))
+              for m in initial_models(mine.with_structural_zeros(zeros), n_init, random_state, init,
+                                      randomize=_perturbed)]
     state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
@@ -174,7 +178,7 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     result = em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))
     result.info["latent"] = [v for v in model.variables if v not in states]
     result.info["m_step"] = m_step
-    return result
+    return order.restore(result)
 
 
 def _perturbed(model, rng: np.random.Generator):

@@ -102,6 +102,32 @@ class BayesianNetwork:
         tables = random_tables(rng, {v: table.shape for v, table in self.cpds.items()}, concentration)
         return BayesianNetwork({v: table.copy(data=tables[v]) for v, table in self.cpds.items()})
 
+    def with_state_order(self, states: Mapping[str, Sequence[str]]) -> BayesianNetwork:
+        """The same network with the labels of the variables named in ``states`` in that order.
+
+        Every table is permuted along those variables by label (exact, no arithmetic);
+        variables not in the network are ignored, and a structure without tables is
+        returned as it is. :func:`dpgm.fit` uses it to meet data whose labels are in
+        another order, and hands the fitted network back in the model's own order.
+
+        Raises
+        ------
+        ValueError
+            The labels given for a variable are not a permutation of its states.
+
+        Examples
+        --------
+        >>> bn = BayesianNetwork.from_edges([("rain", "wet")], {"rain": ["y", "n"], "wet": ["y", "n"]})
+        >>> bn.with_state_order({"rain": ["n", "y"]}).states["rain"]
+        ('n', 'y')
+        """
+        from dpgm.models.state_order import reorder_table
+
+        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
+        if not self.is_parameterized or all(self.states[v] == s for v, s in wanted.items()):
+            return self
+        return BayesianNetwork({v: reorder_table(table, wanted) for v, table in self.cpds.items()})
+
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""
         from dpgm.models.saving import save

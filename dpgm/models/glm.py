@@ -10,7 +10,7 @@ and the multinomial logit against the child's first state (categorical).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import xarray as xr
@@ -142,6 +142,31 @@ class GLMConditional:
         return GLMConditional(self.child, self.parents, self.family, self.l2, coefficients=coefficients,
                               standard_errors=standard_errors, scale=scale, deviance=deviance,
                               scale_by_state=scale_by_state, child_states=child_states or self.child_states)
+
+    def with_state_order(self, states: Mapping[str, Sequence[str]]) -> GLMConditional:
+        """The same conditional with its tables over other variables' states (the latent variable of a
+        :class:`~dpgm.HybridNetwork` fitted by EM: one coefficient vector per state) in the given order.
+
+        The coefficients, standard errors and per-state variances are permuted by label
+        (exact). Categorical parents and child keep their coding: their terms are
+        labelled (``"region[south]"``), so a reference state needs no order.
+
+        Raises
+        ------
+        ValueError
+            The labels given for a variable are not a permutation of its states.
+        """
+        from dpgm.models.state_order import reorder_table
+
+        wanted = {v: s for v, s in states.items() if v not in ("term", "state")}
+        tables = [None if t is None else reorder_table(t, wanted)
+                  for t in (self.coefficients, self.standard_errors, self.scale_by_state)]
+        if all(a is b for a, b in zip(tables, (self.coefficients, self.standard_errors, self.scale_by_state),
+                                      strict=True)):
+            return self
+        return GLMConditional(self.child, self.parents, self.family, self.l2, coefficients=tables[0],
+                              standard_errors=tables[1], scale=self.scale, deviance=self.deviance,
+                              scale_by_state=tables[2], child_states=self.child_states)
 
     def summary(self) -> str:
         """A coefficient table like statsmodels': term, coef, std err, z, P>|z|."""

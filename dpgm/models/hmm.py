@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,28 @@ class HiddenMarkovModel:
         return HiddenMarkovModel(
             self.start.copy(data=start), self.transition.copy(data=transition), self.emission.copy(data=emission)
         )
+
+    def with_state_order(self, states: Mapping[str, Sequence[str]]) -> HiddenMarkovModel:
+        """The same model with the labels of the hidden states and/or the symbols in the given order.
+
+        ``states`` maps :attr:`hidden` and/or :attr:`variable` to their labels in the
+        wanted order; the tables are permuted by label (exact, no arithmetic). Other
+        names are ignored.
+
+        Raises
+        ------
+        ValueError
+            The labels given are not a permutation of the model's.
+        """
+        from dpgm.models.state_order import reorder_table
+
+        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
+        if all(self.states[v] == s for v, s in wanted.items()):
+            return self
+        if self.hidden in wanted:
+            wanted[self.hidden + "_next"] = wanted[self.hidden]
+        return HiddenMarkovModel(reorder_table(self.start, wanted), reorder_table(self.transition, wanted),
+                                 reorder_table(self.emission, wanted))
 
     def randomized(self, rng: np.random.Generator) -> HiddenMarkovModel:
         """Parameters drawn from flat Dirichlet distributions (a random EM start)."""

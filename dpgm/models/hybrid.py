@@ -127,6 +127,30 @@ class HybridNetwork:
         return HybridNetwork(self.edges, self.families, nodes=self.variables, states=self.states, l2=self.l2,
                              tables=tables, conditionals=conditionals)
 
+    def with_state_order(self, states: Mapping[str, Sequence[str]]) -> HybridNetwork:
+        """The same network with the labels of the variables named in ``states`` in that order.
+
+        Tables (and the per-state coefficients of a latent variable's GLM children) are
+        permuted along those variables by label (exact); the declared :attr:`states` of
+        those variables follow. GLM terms of categorical parents are labelled and keep
+        their coding. Variables not in the network are ignored.
+
+        Raises
+        ------
+        ValueError
+            The labels given for a variable are not a permutation of its states.
+        """
+        from dpgm.models.state_order import check_same_labels, reorder_table
+
+        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self._parents}
+        for v, s in wanted.items():
+            if v in self.states:
+                check_same_labels(v, self.states[v], s)
+        declared = {v: wanted.get(v, s) for v, s in self.states.items()}
+        return HybridNetwork(self.edges, self.families, nodes=self.variables, states=declared, l2=self.l2,
+                             tables={v: reorder_table(t, wanted) for v, t in self.tables.items()},
+                             conditionals={v: c.with_state_order(wanted) for v, c in self.conditionals.items()})
+
     def n_free_parameters(self) -> int:
         """Free parameters: ``(k - 1)`` per parent configuration of each table, plus every GLM's."""
         if not self.is_fitted:

@@ -148,6 +148,28 @@ class LogLinearModel:
         """A copy with the given structural-zero pattern (``None`` removes it)."""
         return self._copy(self.weights, check_structural_zeros(structural_zeros, self.variables, self.states))
 
+    def with_state_order(self, states: Mapping[str, Sequence[str]]) -> LogLinearModel:
+        """The same model with the labels of the variables named in ``states`` in that order.
+
+        Every feature and the structural zeros are permuted along those variables by
+        label (exact, no arithmetic); the weights, named by feature, are unchanged.
+        Variables not in the model are ignored.
+
+        Raises
+        ------
+        ValueError
+            The labels given for a variable are not a permutation of its states.
+        """
+        from dpgm.models.state_order import reorder_table
+
+        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
+        if all(self.states[v] == s for v, s in wanted.items()):
+            return self
+        zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
+        model = LogLinearModel({n: reorder_table(t, wanted) for n, t in self.features.items()}, self.weights, zeros)
+        model.margins = self.margins
+        return model
+
     def log_potentials(self) -> dict[tuple[str, ...], xr.DataArray]:
         """``sum_i theta_i f_i`` per scope, labelled."""
         stacked, order = self.stacked_features()

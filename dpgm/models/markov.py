@@ -105,6 +105,25 @@ class MarkovNetwork:
         """A copy with the given structural-zero pattern (``None`` removes it)."""
         return self._copy(self.potentials, check_structural_zeros(structural_zeros, self.variables, self.states))
 
+    def with_state_order(self, states: Mapping[str, Sequence[str]]) -> MarkovNetwork:
+        """The same network with the labels of the variables named in ``states`` in that order.
+
+        Every potential and the structural zeros are permuted along those variables by
+        label (exact, no arithmetic); variables not in the network are ignored.
+
+        Raises
+        ------
+        ValueError
+            The labels given for a variable are not a permutation of its states.
+        """
+        from dpgm.models.state_order import reorder_table
+
+        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
+        if all(self.states[v] == s for v, s in wanted.items()):
+            return self
+        zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
+        return MarkovNetwork({s: reorder_table(t, wanted) for s, t in self.potentials.items()}, zeros)
+
     def _copy(self, potentials: dict, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
         """A copy with checked potentials (axes in scope order) and a checked zero pattern."""
         model = object.__new__(MarkovNetwork)

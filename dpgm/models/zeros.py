@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
+from dpgm.models.state_order import reorder_table
 from dpgm.potentials import labelled_table
 
 __all__ = ["check_structural_zeros", "merge_structural_zeros", "zeros_factors", "zeros_log_factor"]
@@ -31,7 +32,9 @@ def check_structural_zeros(
     TypeError
         ``mask`` is not a DataArray.
     ValueError
-        Dims not among ``variables``, missing or different state labels, or every cell a zero.
+        Dims not among ``variables``, missing state labels or other labels than ``states`` (labels
+        are matched by name: a mask in another order of the same labels is permuted into
+        ``states``' order), or every cell a zero.
     """
     if mask is None:
         return None
@@ -46,10 +49,14 @@ def check_structural_zeros(
     for d in dims:
         if d not in mask.coords:
             raise ValueError(f"structural_zeros has no state labels for {d!r}; expected {list(states[d])}")
-        labels = tuple(map(str, mask.coords[d].values))
-        if labels != tuple(map(str, states[d])):
-            raise ValueError(f"structural_zeros labels {labels!r} for {d!r} differ from the model's "
-                             f"{tuple(states[d])!r}")
+        labels = [str(s) for s in mask.coords[d].values]
+        expected = [str(s) for s in states[d]]
+        if sorted(labels) != sorted(expected) or len(set(labels)) != len(labels):
+            lacking = [s for s in expected if s not in labels]
+            unknown = [s for s in labels if s not in expected]
+            raise ValueError(f"structural_zeros labels {labels} for {d!r} are not its states {expected} "
+                             f"(in any order): the mask lacks {lacking} and has unknown labels {unknown}")
+    mask = reorder_table(mask, {d: states[d] for d in dims})  # matched by label, whatever the mask's order
     values = np.asarray(mask.values)
     if values.dtype != bool:
         if not np.isin(values, (0, 1)).all():

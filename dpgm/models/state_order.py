@@ -1,0 +1,78 @@
+"""Labelled tables put into another order of the same state labels: a permutation by label, exact.
+
+A model's ``with_state_order(states)`` permutes each of its tables along the
+variables named in ``states`` with :func:`reorder_table`; the data's order and the
+model's meet only through these permutations, never through arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["check_same_labels", "permutation", "reorder_array", "reorder_table"]
+
+
+def check_same_labels(variable: str, current: Sequence[str], wanted: Sequence[str]) -> None:
+    """Refuse an order that is not a permutation of the variable's labels.
+
+    Raises
+    ------
+    ValueError
+        Naming the variable, both label lists and the labels missing on each side.
+    """
+    current, wanted = [str(s) for s in current], [str(s) for s in wanted]
+    if len(set(wanted)) != len(wanted):
+        raise ValueError(f"the states {wanted} of {variable!r} repeat a label")
+    if sorted(current) != sorted(wanted):
+        lacking = [s for s in current if s not in wanted]
+        extra = [s for s in wanted if s not in current]
+        raise ValueError(f"the states {wanted} of {variable!r} are not a reordering of its states {current} "
+                         f"(missing: {lacking}; unknown: {extra})")
+
+
+def permutation(current: Sequence[str], wanted: Sequence[str]) -> np.ndarray:
+    """Positions in ``current`` of each label of ``wanted`` (``values.take(p)`` puts ``values`` in ``wanted``'s
+    order)."""
+    index = {str(s): i for i, s in enumerate(current)}
+    return np.array([index[str(s)] for s in wanted], dtype=np.intp)
+
+
+def reorder_table(table: xr.DataArray, states: Mapping[str, Sequence[str]]) -> xr.DataArray:
+    """``table`` with every dimension named in ``states`` permuted into that order of its labels.
+
+    Dimensions not in ``states`` (and dimensions already in order) are left alone.
+
+    Raises
+    ------
+    ValueError
+        The labels given for a dimension are not a permutation of the table's.
+
+    Examples
+    --------
+    >>> t = xr.DataArray([0.2, 0.8], dims=["rain"], coords={"rain": ["yes", "no"]})
+    >>> reorder_table(t, {"rain": ["no", "yes"]}).values.tolist()
+    [0.8, 0.2]
+    """
+    positions = {}
+    for dim in map(str, table.dims):
+        if dim not in states:
+            continue
+        current = [str(s) for s in table.coords[dim].values]
+        wanted = [str(s) for s in states[dim]]
+        if current != wanted:
+            check_same_labels(dim, current, wanted)
+            positions[dim] = permutation(current, wanted)
+    return table.isel(positions) if positions else table
+
+
+def reorder_array(values: np.ndarray, dims: Sequence[str], current: Mapping[str, Sequence[str]],
+                  wanted: Mapping[str, Sequence[str]]) -> np.ndarray:
+    """A plain array over ``dims`` whose axes are labelled ``current[dim]``, permuted into ``wanted[dim]`` for
+    every dim named in ``wanted`` (the unlabelled form of :func:`reorder_table`)."""
+    for axis, dim in enumerate(dims):
+        if dim in wanted and tuple(map(str, current[dim])) != tuple(map(str, wanted[dim])):
+            values = np.take(values, permutation(current[dim], wanted[dim]), axis=axis)
+    return values
