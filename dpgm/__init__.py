@@ -9,6 +9,7 @@ from dpgm.api.glm_predict import predict
 from dpgm.cluster import compute, connect
 from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
 from dpgm.data.convert import convert
+from dpgm.data.kinds import ConversionReport
 from dpgm.data.sample import sample_bayesian_network
 from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
 from dpgm.inference import (
@@ -36,6 +37,7 @@ from dpgm.stats import Counts, Moments, counts, moments
 __all__ = [
     "BayesianNetwork",
     "ConvergenceWarning",
+    "ConversionReport",
     "Counts",
     "DataError",
     "DpgmWarning",
