@@ -301,3 +301,29 @@ def test_the_report_survives_the_store(tmp_path):
     assert zarr.open_group(tmp_path / "d.zarr", mode="r")["age"].dtype == np.float64
     assert re.search(r"^age +continuous +integer, 72 distinct values \(> 50\)$", str(ConversionReport.from_dataset(ds)),
                      re.M)
+
+
+def test_a_value_the_first_pass_did_not_see_names_column_row_and_chunk(tmp_path):
+    """The second pass re-reads the input: a file changed in between is refused, never coded as missing."""
+    from dpgm.data.convert import _blocks, _discover, _encode, _files
+    from dpgm.data.kinds import Missing, Summary, decide
+
+    pd.DataFrame({"v": ["a", "b"] * 50, "x": np.arange(100) + 0.5}).to_csv(tmp_path / "seen.csv", index=False)
+    changed = pd.DataFrame({"v": ["a", "b"] * 50, "x": (np.arange(100) + 0.5).astype(object)})
+    changed.loc[63, "v"], changed.loc[71, "x"] = "c", "oops"
+    changed.to_csv(tmp_path / "changed.csv", index=False)
+    seen, = _blocks(_files(str(tmp_path / "seen.csv"), None), None, None)
+    found = _discover(seen, None, Missing(), frozenset())
+    plan = {name: decide(name, Summary.merge([found["columns"][name]], [0], name)) for name in ("v", "x")}
+    assert plan["v"].labels == ["a", "b"] and plan["x"].labels is None
+    block, = _blocks(_files(str(tmp_path / "changed.csv"), None), None, None)
+    with pytest.raises(DataError, match=r"variable 'v', chunk 5: holds 'c' at row 1063, a label the first pass"):
+        _encode(block, None, {"v": plan["v"]}, Missing(), 1000, 200)
+    with pytest.raises(DataError, match=r"variable 'x', chunk 5: holds text 'oops' at row 1071"):
+        _encode(block, None, {"x": plan["x"]}, Missing(), 1000, 200)
+
+
+def test_values_that_print_alike_are_one_label_in_from_pandas():
+    frame = pd.DataFrame({"v": pd.Series([1, "1", "b", None, "b"], dtype=object)})
+    ds = dpgm.from_pandas(frame)
+    assert ds.v.attrs["states"] == ["1", "b"] and ds.v.values.tolist() == [0, 0, 1, -1, 1]

@@ -194,10 +194,12 @@ def parse_labels(labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     import pyarrow.compute as pc
 
     values = pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
-    if not len(labels):
-        return values, np.zeros(0, dtype=bool)
-    written = pc.match_substring_regex(pa.array(labels, type=pa.large_string()), _INTEGER)
-    return values, written.to_numpy(zero_copy_only=False).astype(bool) & ~np.isnan(values)
+    integers = np.zeros(len(values), dtype=bool)
+    whole = np.flatnonzero(np.isfinite(values) & (values == np.round(values)))  # only these can be integers
+    if len(whole):
+        written = pc.match_substring_regex(pa.array([labels[i] for i in whole], type=pa.large_string()), _INTEGER)
+        integers[whole] = written.to_numpy(zero_copy_only=False).astype(bool)
+    return values, integers
 
 
 def canonical_integers(labels: Sequence[str]) -> list[str]:
@@ -346,7 +348,9 @@ def labelled_column(storage: str, labels: list[str], indices: np.ndarray, missin
         values, integers = np.full(len(labels), np.nan), np.zeros(len(labels), dtype=bool)
     else:
         values, integers = parse_labels(labels)
-    drop = np.fromiter((label in missing.texts for label in labels), dtype=bool, count=len(labels))
+    drop = np.zeros(len(labels), dtype=bool)
+    if missing.texts:
+        drop |= pd.Index(labels, dtype=object).isin(list(missing.texts))
     if missing.numbers:
         drop |= np.isin(values, missing.numbers)
     if drop.any():
@@ -392,7 +396,11 @@ def series_column(series: pd.Series, missing: Missing, *, with_labels: bool) -> 
         text = {"integer": lambda v: str(int(v)), "float": lambda v: str(float(v)),
                 "boolean": lambda v: str(bool(v))}.get(storage, str)
         labels = [text(v) for v in uniques]
-    return labelled_column(storage, labels, codes.astype(np.int64, copy=False), missing)
+    indices = codes.astype(np.int64, copy=False)
+    if len(set(labels)) != len(labels):  # values that print alike (1 and "1" in an object column): one label
+        merged, distinct = pd.factorize(np.asarray(labels, dtype=object))
+        indices, labels = np.append(merged, -1)[indices], [str(v) for v in distinct]
+    return labelled_column(storage, labels, indices, missing)
 
 
 # ---------------------------------------------------------------------------------------------
