@@ -282,11 +282,11 @@ def _column(chunked, missing: Missing, *, with_labels: bool = True) -> Column:
         array = _text_of(array)
     encoded = pc.dictionary_encode(array)
     indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    if storage == "float":
-        labels = [str(float(v)) for v in encoded.dictionary.to_numpy(zero_copy_only=False)]
-    else:
-        labels = [str(v) for v in encoded.dictionary.to_pylist()]
-    return labelled_column(storage, labels, indices, missing)
+    if storage in ("float", "integer"):  # numbers as the input stores them, labelled as pandas prints them
+        values = encoded.dictionary.to_numpy(zero_copy_only=False)
+        labels = [str(float(v)) for v in values] if storage == "float" else [str(v) for v in values.tolist()]
+        return labelled_column(storage, labels, indices, missing, values=values)
+    return labelled_column(storage, [str(v) for v in encoded.dictionary.to_pylist()], indices, missing)
 
 
 def _discover(block: _Block, storage_options: dict | None, missing: Missing, labelled: frozenset[str]) -> dict:

@@ -341,11 +341,16 @@ class Column:
         )
 
 
-def labelled_column(storage: str, labels: list[str], indices: np.ndarray, missing: Missing) -> Column:
+def labelled_column(storage: str, labels: list[str], indices: np.ndarray, missing: Missing,
+                    values: np.ndarray | None = None) -> Column:
     """A column from its distinct labels and each row's index into them; labels that ``missing``
-    names become missing; labels of a boolean column are never numbers."""
+    names become missing; labels of a boolean column are never numbers. ``values``: the labels
+    as numbers where the input stores them as numbers (not parsed again)."""
     if storage == "boolean":
         values, integers = np.full(len(labels), np.nan), np.zeros(len(labels), dtype=bool)
+    elif values is not None:
+        values = np.asarray(values, dtype=np.float64)
+        integers = np.full(len(labels), storage == "integer")
     else:
         values, integers = parse_labels(labels)
     drop = np.zeros(len(labels), dtype=bool)
@@ -397,6 +402,8 @@ def series_column(series: pd.Series, missing: Missing, *, with_labels: bool) -> 
                 "boolean": lambda v: str(bool(v))}.get(storage, str)
         labels = [text(v) for v in uniques]
     indices = codes.astype(np.int64, copy=False)
+    if storage in ("integer", "float"):  # numbers as pandas holds them: not parsed again
+        return labelled_column(storage, labels, indices, missing, values=np.asarray(uniques, dtype=np.float64))
     if len(set(labels)) != len(labels):  # values that print alike (1 and "1" in an object column): one label
         merged, distinct = pd.factorize(np.asarray(labels, dtype=object))
         indices, labels = np.append(merged, -1)[indices], [str(v) for v in distinct]
