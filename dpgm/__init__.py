@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from dpgm.cluster import compute, connect
     from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
     from dpgm.data.convert import convert
+    from dpgm.data.kinds import ConversionReport
     from dpgm.data.sample import sample_bayesian_network
     from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
     from dpgm.inference import (
@@ -46,6 +47,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "compute": "dpgm.cluster",
     "connect": "dpgm.cluster",
     "ConvergenceWarning": "dpgm.errors",
+    "ConversionReport": "dpgm.data.kinds",
     "convert": "dpgm.data.convert",
     "Counts": "dpgm.stats",
     "counts": "dpgm.stats",
@@ -109,6 +111,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BayesianNetwork",
     "ConvergenceWarning",
+    "ConversionReport",
     "Counts",
     "DataError",
     "DpgmWarning",

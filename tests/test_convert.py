@@ -55,7 +55,7 @@ def test_partitioned_parquet_folder_on_the_cluster(tmp_path, client):
     got = _decoded(ds)
     pd.testing.assert_frame_equal(got[["colour", "size"]], _expected(whole)[["colour", "size"]])
     np.testing.assert_array_equal(got["height"].to_numpy(), whole["height"].to_numpy())
-    assert ds.colour.attrs["states"] == _labels_in_order_of_appearance(whole["colour"])
+    assert ds.colour.attrs["states"] == sorted(_labels_in_order_of_appearance(whole["colour"]))
     assert ds.colour.dtype == np.int8 and ds.height.dtype == np.float64
     # 40,000 rows: four chunks by default, two for each worker
     assert _chunk_rows(tmp_path / "out.zarr") == default_chunk_rows(40_000) == 10_000
@@ -104,14 +104,17 @@ def test_empty_glob_and_mixed_formats_are_refused(tmp_path):
         dpgm.convert(tmp_path, tmp_path / "out.zarr")
 
 
-def test_a_label_first_seen_in_a_late_block_keeps_its_place(tmp_path):
+def test_a_label_first_seen_in_a_late_block_keeps_its_place_in_appearance_order(tmp_path):
     first = pd.DataFrame({"v": ["b", "a"] * 50})
     second = pd.DataFrame({"v": ["c", "a"] * 50})
     first.to_csv(tmp_path / "p1.csv", index=False)
     second.to_csv(tmp_path / "p2.csv", index=False)
-    ds = dpgm.convert(tmp_path, tmp_path / "out.zarr")
+    ds = dpgm.convert(tmp_path, tmp_path / "out.zarr", label_order="appearance")
     assert ds.v.attrs["states"] == ["b", "a", "c"]
     assert ds.v.values.tolist() == [0, 1] * 50 + [2, 1] * 50
+    ds = dpgm.convert(tmp_path, tmp_path / "sorted.zarr")  # the default: sorted
+    assert ds.v.attrs["states"] == ["a", "b", "c"]
+    assert ds.v.values.tolist() == [1, 0] * 50 + [2, 0] * 50
 
 
 @pytest.mark.parametrize("chunk_rows", [300, 700, 1000, 2600, 10_000])

@@ -60,28 +60,39 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
 @click.argument("out", type=click.Path())
 @click.option("--chunk-rows", type=Count(), default=None,
               help="Rows per chunk (default: a sixteenth of the rows, 10,000 to 1,000,000).")
-@click.option("--categorical", multiple=True, help="Column to treat as categorical (repeatable).")
-@click.option("--continuous", multiple=True, help="Column to treat as continuous (repeatable).")
+@click.option("--categorical", multiple=True, help="Column to make categorical whatever its values (repeatable).")
+@click.option("--continuous", multiple=True, help="Column to make continuous (repeatable).")
+@click.option("--na-values", multiple=True,
+              help="A value to read as missing in every column, besides '', NA, NaN, n/a, null... (repeatable).")
+@click.option("--label-order", type=click.Choice(["sorted", "appearance"]), default="sorted", show_default=True,
+              help="Order of a categorical column's labels: sorted (numbers numerically, then text) or as they "
+                   "first appear.")
 @click.option("--weight", default=None, help="Column of frequency weights.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @scheduler_option
 @scheduler_file_option
 @workers_option
 @connection_options
-def convert(source, out, chunk_rows, categorical, continuous, weight, overwrite, scheduler, scheduler_file,
-            workers) -> None:
+def convert(source, out, chunk_rows, categorical, continuous, na_values, label_order, weight, overwrite, scheduler,
+            scheduler_file, workers) -> None:
     """Convert CSV/TSV/Parquet SOURCE (a file, a directory of files or a glob) to the Zarr dataset OUT.
 
-    One task per Parquet row group or 64 MiB of CSV, in two passes (labels, then codes), on the cluster.
+    One task per Parquet row group or 64 MiB of CSV, in two passes (labels and checks, then codes), on the
+    cluster. Prints each column's kind and why: floats continuous, integers continuous above 50 distinct
+    values, text categorical; a column of numbers but for a few text tokens is refused (see --na-values).
     """
     from dpgm.data.convert import convert as run
+    from dpgm.data.kinds import ConversionReport, check_options
 
     check_output("OUT", out, overwrite=overwrite, inputs=(source,))
     click.get_current_context().meta["dpgm.inputs"] = [source]
+    with errors():
+        check_options(categorical, continuous, na_values, label_order)
     with errors(), cluster(scheduler, scheduler_file, workers) as client, removed_on_failure(out):
         ds = run(source, out, chunk_rows=chunk_rows, categorical=categorical, continuous=continuous,
-                 weight=weight, mode="w" if overwrite else "w-", storage_options=storage_options(),
-                 client=client, progress=progress())
+                 na_values=na_values, label_order=label_order, weight=weight, mode="w" if overwrite else "w-",
+                 storage_options=storage_options(), client=client, progress=progress())
+    click.echo(str(ConversionReport.from_dataset(ds)))
     click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out}")
 
 

@@ -8,9 +8,12 @@ from dpgm.data.io import (
     to_pandas,
     write_dataset,
 )
+from dpgm.data.kinds import ColumnKind, ConversionReport
 from dpgm.data.schema import Schema, Variable
 
 __all__ = [
+    "ColumnKind",
+    "ConversionReport",
     "Schema",
     "add_variables",
     "Variable",

@@ -5,10 +5,12 @@ uncompressed CSV (``blocksize`` bytes at most, a sixteenth of the input down to
 16 MiB, cut at line ends), or a whole compressed
 CSV. Two passes, one task per block each:
 
-1. **discover**: each block reports, per column, its distinct values in order of
-   first appearance (categorical labels), whether its values are numbers, and
-   its row count; the driver merges them in block order (labels keep the order
-   of first appearance in the whole input) and decides each column's kind;
+1. **discover**: each block reports, per column, a :class:`~dpgm.data.kinds.Summary`
+   (distinct values in order of first appearance, rows of numbers, of text and
+   missing, the first text tokens and their rows) and its row count; the driver
+   merges them in block order and decides each column's kind and labels from the
+   merged summary of the whole input (:func:`dpgm.data.kinds.decide`), so neither
+   depends on how the input is cut into blocks;
 2. **encode**: each block is read again and encoded with the final labels
    (int8 codes up to 127 states, else int16) and writes the Zarr chunks that
    lie wholly inside it; a chunk shared by neighbouring blocks is written by one
@@ -21,10 +23,11 @@ then looked at value by value (labels, number parsing), and the codes are one
 ``take`` of a small lookup table, written straight to the Zarr chunks.
 
 So conversion scales with workers, and nothing holds more than a block. Column
-kinds: a column whose first ``chunk_rows`` values (10,000 by default) all parse
-as numbers and include a non-integer is continuous; every other column is
-categorical (integers included). ``categorical=`` / ``continuous=`` override the rule. A
-non-number in a continuous column is an error naming the column and the chunk.
+kinds and label order follow :mod:`dpgm.data.kinds` (the rule :func:`dpgm.from_pandas`
+follows too): floats continuous, integers continuous above 50 distinct values,
+text categorical, labels sorted; a column of numbers but for a few text tokens is
+refused before anything is written. A value the first pass did not see (the input
+changed in between) is an error naming the column, row and chunk.
 The store is marked complete after its last chunk and its labels (see
 :mod:`dpgm.data.integrity`): a conversion that stops midway leaves a store that
 readers refuse.
@@ -45,9 +48,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
+from dpgm.data.kinds import (
+    REPORT,
+    Column,
+    ConversionReport,
+    Missing,
+    Plan,
+    Summary,
+    check_options,
+    code_lookup,
+    decide,
+    float_column,
+    labelled_column,
+)
 from dpgm.data.schema import ROW, WEIGHT, state_attrs
 from dpgm.errors import DataError
 
@@ -56,7 +71,6 @@ if TYPE_CHECKING:
 
 __all__ = ["convert", "default_chunk_rows"]
 
-_MAX_STATES = 32767
 _CSV = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".csv.bz2", ".csv.zst")
 _PARQUET = (".parquet", ".pq")
 _COMPRESSED = (".gz", ".bz2", ".zst")
@@ -207,18 +221,6 @@ def _read_block(block: _Block, storage_options: dict | None):
     return _read_csv(pa.BufferReader(header + body), names, delimiter)
 
 
-@dataclass
-class _Column:
-    """One column of a block, encoded once: its distinct values in order of first appearance
-    (``labels``, as text) and each row's index into them (-1 = missing), or floats."""
-
-    indices: np.ndarray | None  # int64 index into labels, -1 for missing (None: a float column with many values)
-    labels: list[str] | None
-    numbers: np.ndarray  # every row as float64 (NaN: missing or not a number)
-    first_non_number: int  # row of the first value that is not a number, -1 if none
-    is_float: bool  # stored as floating point (Parquet): its labels are the numbers' text, e.g. "1.0"
-
-
 def _text_of(array):
     """Values of another type as the text pandas would print (bool: "True"), for labels."""
     import pyarrow as pa
@@ -257,10 +259,10 @@ def _in_order_of_appearance(chunked) -> tuple[np.ndarray, list[str]]:
     return relabel[positions], dictionary.take(pa.array(order, type=pa.int64())).to_pylist()
 
 
-def _column(chunked, *, with_labels: bool = True) -> _Column:
-    """Encode one column with pyarrow's kernels: text columns arrive dictionary-encoded (CSV reader,
+def _column(chunked, missing: Missing, *, with_labels: bool = True) -> Column:
+    """Read one column with pyarrow's kernels: text columns arrive dictionary-encoded (CSV reader,
     Parquet dictionary pages); other columns get one ``dictionary_encode``; then only the dictionary
-    is looked at value by value."""
+    is looked at value by value. A float column is read without labels unless ``with_labels``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -268,82 +270,72 @@ def _column(chunked, *, with_labels: bool = True) -> _Column:
         chunked = pa.chunked_array([chunked])
     if pa.types.is_dictionary(chunked.type) and _is_text(chunked.type.value_type):
         indices, labels = _in_order_of_appearance(chunked)
-        return _text_column(indices, labels)
+        return labelled_column("text", labels, indices, missing)
     array = chunked.combine_chunks()
-    if pa.types.is_floating(array.type):
-        numbers = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False)
-        finite = numbers[np.isfinite(numbers)]
-        if not with_labels or (len(finite) and (finite != np.round(finite)).any()):
-            return _Column(None, None, numbers, -1, True)
-    else:
+    if pa.types.is_floating(array.type) and not with_labels:
+        return float_column(pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False), missing)
+    kind = array.type
+    storage = ("float" if pa.types.is_floating(kind) else "integer" if pa.types.is_integer(kind)
+               else "boolean" if pa.types.is_boolean(kind) else "text" if _is_text(kind) or pa.types.is_null(kind)
+               else "other")
+    if storage not in ("float", "integer"):
         array = _text_of(array)
     encoded = pc.dictionary_encode(array)
-    dictionary = encoded.dictionary
     indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    if pa.types.is_floating(array.type):
-        values = dictionary.to_numpy(zero_copy_only=False)
-        labels = [str(float(v)) for v in values]
-        return _Column(indices, labels, np.append(values, np.nan)[indices], -1, True)
-    if pa.types.is_integer(array.type):
-        values = dictionary.to_numpy(zero_copy_only=False).astype(np.float64)
-        labels = [str(v) for v in dictionary.to_pylist()]
-        return _Column(indices, labels, np.append(values, np.nan)[indices], -1, False)
-    return _text_column(indices, dictionary.to_pylist())
+    if storage in ("float", "integer"):  # numbers as the input stores them, labelled as pandas prints them
+        values = encoded.dictionary.to_numpy(zero_copy_only=False)
+        labels = [str(float(v)) for v in values] if storage == "float" else [str(v) for v in values.tolist()]
+        return labelled_column(storage, labels, indices, missing, values=values)
+    return labelled_column(storage, [str(v) for v in encoded.dictionary.to_pylist()], indices, missing)
 
 
-def _text_column(indices: np.ndarray, labels: list[str]) -> _Column:
-    """Numbers of a text column: each distinct label parsed once."""
-    parsed = pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.append(np.isnan(parsed), False)[indices]  # index -1 (missing) is not bad
-    numbers = np.append(parsed, np.nan)[indices]
-    return _Column(indices, labels, numbers, int(np.argmax(bad)) if bad.any() else -1, False)
-
-
-def _discover(block: _Block, storage_options: dict | None, prefix: int) -> dict:
-    """Pass 1 on one block: rows, columns, and per column its labels and number checks
-    (also on its first ``prefix`` rows, which decide the column's kind)."""
+def _discover(block: _Block, storage_options: dict | None, missing: Missing, labelled: frozenset[str]) -> dict:
+    """Pass 1 on one block: its rows, its column names, and each column's :class:`Summary`
+    (float columns get labels only if ``labelled`` names them)."""
     table = _read_block(block, storage_options)
-    columns = {}
-    for name in table.column_names:
-        column = _column(table.column(name))
-        numbers, first_bad = column.numbers, column.first_non_number
-        finite = numbers[np.isfinite(numbers)]
-        non_integer = bool(len(finite) and (finite != np.round(finite)).any())
-        head = numbers[:prefix][np.isfinite(numbers[:prefix])]
-        labels = column.labels
-        columns[str(name)] = {
-            "head_continuous": bool((first_bad < 0 or first_bad >= prefix) and len(head)
-                                    and (head != np.round(head)).any()),
-            "labels": None if labels is None or len(labels) > _MAX_STATES else labels,
-            "first_non_number": first_bad,
-            "non_integer": non_integer,
-            "empty": bool(table.column(name).null_count == table.num_rows),
-        }
+    columns = {str(name): _column(table.column(name), missing, with_labels=str(name) in labelled).summary()
+               for name in table.column_names}
     return {"rows": table.num_rows, "names": list(map(str, table.column_names)), "columns": columns}
 
 
-def _encode(block: _Block, storage_options: dict | None, plan: dict) -> dict[str, np.ndarray]:
-    """Pass 2 on one block: every column's codes (or floats) with the final labels."""
+def _encode(block: _Block, storage_options: dict | None, plan: dict[str, Plan], missing: Missing,
+            start: int, chunk_rows: int) -> dict[str, np.ndarray]:
+    """Pass 2 on one block (its first row is ``start``): every column's codes (or floats) with the
+    final labels. A value the first pass did not see (the input changed between the passes) is
+    refused, naming column, row and chunk."""
     table = _read_block(block, storage_options)
     out = {}
-    for name, (target, labels, dtype) in plan.items():
-        column = _column(table.column(name), with_labels=labels is not None)
-        if labels is None:
-            out[target] = column.numbers
+    for name, column_plan in plan.items():
+        column = _column(table.column(name), missing, with_labels=column_plan.labels is not None)
+        if column_plan.labels is None:
+            bad = column.first_text_row()
+            if bad >= 0:
+                row = start + bad
+                raise DataError(f"holds text {column.labels[column.indices[bad]]!r} at row {row} where the first "
+                                "pass saw only numbers: the input changed during conversion",
+                                variable=name, chunk=row // chunk_rows)
+            out[column_plan.variable] = column.numbers
             continue
         # the block's labels -> the final ones (a short lookup), then one take over the rows
-        lookup = np.append(pd.Index(labels).get_indexer(column.labels), -1).astype(dtype)  # missing -> -1
-        out[target] = lookup[column.indices]
+        lookup = code_lookup(column_plan, column.labels)
+        codes = lookup[column.indices]
+        unseen = (codes < 0) & (column.indices >= 0)
+        if unseen.any():
+            row = int(np.argmax(unseen))
+            raise DataError(f"holds {column.labels[column.indices[row]]!r} at row {start + row}, a label the first "
+                            "pass did not see: the input changed during conversion",
+                            variable=name, chunk=(start + row) // chunk_rows)
+        out[column_plan.variable] = codes.astype(_dtype(column_plan))
     return out
 
 
-def _encode_and_write(block: _Block, storage_options: dict | None, plan: dict, target: str, start: int,
-                      stop: int, chunk_rows: int) -> dict[str, dict[str, np.ndarray]]:
+def _encode_and_write(block: _Block, storage_options: dict | None, plan: dict[str, Plan], missing: Missing,
+                      target: str, start: int, stop: int, chunk_rows: int) -> dict[str, dict[str, np.ndarray]]:
     """Pass 2 on one block (rows ``start:stop``): write the chunks that lie wholly inside it
     straight to the store, return the pieces of the chunks it shares with its neighbours."""
     import zarr
 
-    columns = _encode(block, storage_options, plan)
+    columns = _encode(block, storage_options, plan, missing, start, chunk_rows)
     first_full = -(-start // chunk_rows) * chunk_rows
     last_full = max(stop // chunk_rows * chunk_rows, first_full)
     group = zarr.open_group(target, mode="r+", storage_options=storage_options)
@@ -396,6 +388,8 @@ def convert(
     chunk_rows: int | None = None,
     categorical: Sequence[str] = (),
     continuous: Sequence[str] = (),
+    na_values: Sequence[str] = (),
+    label_order: str = "sorted",
     weight: str | None = None,
     mode: str = "w-",
     storage_options: dict[str, Any] | None = None,
@@ -404,6 +398,11 @@ def convert(
     progress: bool = False,
 ) -> xr.Dataset:
     """Convert CSV/TSV (optionally compressed) or Parquet input to a Zarr dataset, on the cluster.
+
+    Each column's kind is decided by the rule of :mod:`dpgm.data.kinds` (shared with
+    :func:`dpgm.from_pandas`) from the whole first pass; what was decided and why is the
+    returned dataset's :class:`~dpgm.data.ConversionReport`
+    (``ConversionReport.from_dataset(ds)``, kept in the attribute ``dpgm_conversion``).
 
     Parameters
     ----------
@@ -417,7 +416,14 @@ def convert(
         Rows per Zarr chunk; default :func:`default_chunk_rows` of the row count
         (at least 16 chunks of at most 10^6 rows, so every worker gets several).
     categorical, continuous
-        Columns whose kind is given rather than inferred.
+        Columns whose kind is given rather than decided by the rule.
+    na_values
+        Values read as missing in every column, besides pandas' defaults (``""``,
+        ``NA``, ``NaN``, ``n/a``, ``null``, ...), e.g. ``["NA?", "-"]``; a number
+        (``"-999"``) also matches the same number written otherwise (``-999.0``).
+    label_order
+        ``"sorted"`` (numbers in numeric order, then text as strings) or
+        ``"appearance"`` (order of first appearance in the input).
     weight
         Column of frequency weights (a column named ``weight`` is taken as weights too).
     mode
@@ -442,8 +448,12 @@ def convert(
     Raises
     ------
     DataError
-        A non-number in a continuous column (naming the column and chunk), too many
-        states, files whose columns differ, or no rows.
+        Before anything is written: a column of numbers except for a few text tokens
+        (naming the column, its first rows holding them, their chunk and the tokens),
+        text in a column named continuous or in the weights, too many states, files
+        whose columns differ, or no rows.
+    ConfigError
+        An unknown ``label_order``, or a column named both categorical and continuous.
     FileNotFoundError
         No such file, or no input files in a directory or glob.
     """
@@ -454,12 +464,14 @@ def convert(
     from dpgm.data.integrity import mark_complete
     from dpgm.data.io import open_dataset, write_dataset
 
+    categorical, continuous, missing, label_order = check_options(categorical, continuous, na_values, label_order)
     source, target = os.fspath(source), os.fspath(target)
     files = _files(source, storage_options)
     blocks = _blocks(files, blocksize, storage_options)
-    prefix = int(chunk_rows) if chunk_rows is not None else 10_000
+    labelled = frozenset(categorical)
     found = compute(dask.delayed(list)([dask.delayed(_discover, pure=True)(
-        b, storage_options, prefix, dask_key_name=f"dpgm-convert-discover-{dask.base.tokenize(b, storage_options)}")
+        b, storage_options, missing, labelled,
+        dask_key_name=f"dpgm-convert-discover-{dask.base.tokenize(b, storage_options, missing, labelled)}")
         for b in blocks]), client=client, progress=progress)
     names = found[0]["names"]
     for block, report in zip(blocks, found, strict=True):
@@ -475,34 +487,18 @@ def convert(
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
     offsets = np.cumsum([0] + [r["rows"] for r in found])
-    plan: dict[str, tuple[str, list[str] | None, str]] = {}
-    for name in names:
+    plan: dict[str, Plan] = {}
+    for name in names:  # decided from the whole first pass: the same whatever the blocks
         is_weight = name == WEIGHT or name == weight
-        first = next((r["columns"][name] for r in found if not r["columns"][name]["empty"]), found[0]["columns"][name])
-        if is_weight or name in continuous or (name not in categorical and first["head_continuous"]):
-            for index, report in enumerate(found):
-                bad = report["columns"][name]["first_non_number"]
-                if bad >= 0:
-                    row = int(offsets[index]) + bad
-                    raise DataError(f"a continuous column holds a non-number at row {row}", variable=name,
-                                    chunk=row // chunk_rows)
-            plan[name] = (WEIGHT if is_weight else name, None, "float64")
-            continue
-        labels: dict[str, None] = {}
-        for index, report in enumerate(found):
-            block_labels = report["columns"][name]["labels"]
-            if block_labels is None:
-                raise DataError(f"has more than {_MAX_STATES} distinct values; declare it continuous",
-                                variable=name, chunk=int(offsets[index]) // chunk_rows)
-            labels.update(dict.fromkeys(block_labels))
-            if len(labels) > _MAX_STATES:
-                raise DataError(f"has more than {_MAX_STATES} distinct values; declare it continuous",
-                                variable=name, chunk=int(offsets[index]) // chunk_rows)
-        plan[name] = (name, list(labels), "int8" if len(labels) <= 127 else "int16")
+        summary = Summary.merge([r["columns"][name] for r in found], offsets[:-1], name)
+        plan[name] = decide(name, summary, variable=WEIGHT if is_weight else name,
+                            categorical=name in categorical, continuous=name in continuous, weight=is_weight,
+                            label_order=label_order, chunk_rows=chunk_rows)
+    report = ConversionReport(tuple(p.report for p in plan.values()))
     template = xr.Dataset({
-        variable: xr.Variable(ROW, dsa.zeros(n_rows, dtype=dtype, chunks=chunk_rows),
-                              attrs=state_attrs(labels, dtype) if labels is not None else {})
-        for variable, labels, dtype in plan.values()})
+        p.variable: xr.Variable(ROW, dsa.zeros(n_rows, dtype=_dtype(p), chunks=chunk_rows),
+                                attrs=state_attrs(p.labels, _dtype(p)) if p.labels is not None else {})
+        for p in plan.values()}, attrs={REPORT: report.to_attrs()})
     write_dataset(template, target, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options,
                   compute=False)  # metadata only, marked incomplete; the chunk writes below are dpgm's
     written = []
@@ -510,12 +506,18 @@ def convert(
     for index, block in enumerate(blocks):
         # a write is a side effect: keys unique to this run, so a scheduler still holding an earlier
         # identical conversion's results can never skip this one's writes
-        token = dask.base.tokenize(block, storage_options, plan, target, chunk_rows, run)
+        token = dask.base.tokenize(block, storage_options, plan, missing, target, chunk_rows, run)
         written.append(dask.delayed(_encode_and_write, pure=True)(
-            block, storage_options, plan, target, int(offsets[index]), int(offsets[index + 1]), chunk_rows,
-            dask_key_name=f"dpgm-convert-encode-{token}"))
+            block, storage_options, plan, missing, target, int(offsets[index]), int(offsets[index + 1]),
+            chunk_rows, dask_key_name=f"dpgm-convert-encode-{token}"))
     edges = _edge_writes(written, offsets, chunk_rows, target, storage_options)
     # only small values come back: the pieces travel between workers, never through the driver
     compute(dask.delayed(list)(edges + [dask.delayed(len)(w) for w in written]), client=client, progress=progress)
     mark_complete(target, storage_options)  # last: after every chunk
     return open_dataset(target, storage_options=storage_options)
+
+
+def _dtype(plan: Plan) -> str:
+    if plan.labels is None:
+        return "float64"
+    return "int8" if len(plan.labels) <= 127 else "int16"

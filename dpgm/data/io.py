@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,15 @@ import xarray as xr
 
 from dpgm.data.columns import ZarrStore
 from dpgm.data.integrity import COMPLETE, check_complete, checksum_codec, mark_complete
+from dpgm.data.kinds import (
+    REPORT,
+    ColumnKind,
+    ConversionReport,
+    check_options,
+    code_lookup,
+    decide,
+    series_column,
+)
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError, DpgmWarning
 
@@ -315,30 +325,39 @@ def add_variables(
     return _then_set_attrs(written, os.fspath(path), storage_options, {"variables": order})
 
 
-def _encode_series(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...] | None]:
-    """Codes and labels of a categorical column, or floats (labels None) of a numeric one."""
-    name = str(series.name)
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        states = tuple(str(s) for s in series.cat.categories)
-        codes = series.cat.codes.to_numpy()
-    elif series.dtype.kind == "f":
-        return series.to_numpy(dtype=np.float64), None
-    else:
-        codes, uniques = pd.factorize(series, sort=True, use_na_sentinel=True)
-        states = tuple(str(s) for s in uniques)
+def _declared(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Codes and labels of a pandas ``Categorical``: its declared categories, in their order."""
+    states = tuple(str(s) for s in series.cat.categories)
     if len(set(states)) != len(states):
-        raise DataError(f"two states print as the same label: {states!r}", variable=name)
-    dtype = smallest_code_dtype(len(states), name)
-    return codes.astype(dtype), states
+        raise DataError(f"two states print as the same label: {states!r}", variable=str(series.name))
+    dtype = smallest_code_dtype(len(states), str(series.name))
+    return series.cat.codes.to_numpy().astype(dtype), states
 
 
-def from_pandas(df: pd.DataFrame, *, weight: str | None = None) -> xr.Dataset:
-    """A pandas DataFrame as an in-memory dpgm dataset.
+def from_pandas(
+    df: pd.DataFrame,
+    *,
+    weight: str | None = None,
+    categorical: Sequence[str] = (),
+    continuous: Sequence[str] = (),
+    na_values: Sequence[str] = (),
+    label_order: str = "sorted",
+) -> xr.Dataset:
+    """A pandas DataFrame as an in-memory dpgm dataset, by the rule :func:`dpgm.convert` follows.
 
-    Categorical columns keep their categories as states; object, string, boolean
-    and integer columns become categorical with their sorted distinct values as
-    states (as strings); float columns stay continuous (NaN = missing). Missing
-    categorical values become code ``-1``.
+    Each column's kind is decided as :mod:`dpgm.data.kinds` says, so a CSV converted by
+    :func:`dpgm.convert` and the frame ``pandas.read_csv`` reads from it give the same
+    dataset: float columns are continuous (NaN = missing); integer columns are
+    continuous above 50 distinct values, else categorical; text and boolean columns are
+    categorical; a text column of numbers but for a few tokens is refused (read the
+    tokens as missing with ``na_values`` or name the column categorical). Labels are
+    sorted (numbers numerically, then text as strings) unless ``label_order="appearance"``;
+    a pandas ``Categorical`` keeps its declared categories, in their order. Missing
+    categorical values become code ``-1``. What was decided and why is the dataset's
+    :class:`~dpgm.data.ConversionReport` (``ConversionReport.from_dataset(ds)``).
+
+    pandas reads an integer column with gaps as floats (so continuous); read the file
+    with ``dtype_backend="numpy_nullable"`` to keep it integer, as :func:`dpgm.convert` does.
 
     Parameters
     ----------
@@ -347,35 +366,73 @@ def from_pandas(df: pd.DataFrame, *, weight: str | None = None) -> xr.Dataset:
     weight
         Column of frequency weights, stored as ``weight``; a column already named
         ``weight`` is taken as weights too.
+    categorical, continuous
+        Columns whose kind is given rather than decided by the rule.
+    na_values
+        Values read as missing (as text, or numbers equal to them), e.g. ``["NA?"]``.
+    label_order
+        ``"sorted"`` or ``"appearance"``.
 
     Returns
     -------
     xarray.Dataset
 
+    Raises
+    ------
+    DataError
+        A column of numbers but for a few text tokens (naming the column, rows and
+        tokens), text in a column named continuous, an unknown column named.
+    ConfigError
+        An unknown ``label_order``, or a column named both categorical and continuous.
+
     Examples
     --------
     >>> import pandas as pd
-    >>> ds = from_pandas(pd.DataFrame({"smoker": ["yes", "no", None]}))
-    >>> ds.smoker.values.tolist(), ds.smoker.attrs["states"]
-    ([1, 0, -1], ['no', 'yes'])
+    >>> ds = from_pandas(pd.DataFrame({"smoker": ["yes", "no", None], "kids": [10, 2, 2]}))
+    >>> ds.smoker.values.tolist(), ds.smoker.attrs["states"], ds.kids.attrs["states"]
+    ([1, 0, -1], ['no', 'yes'], ['2', '10'])
     """
+
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    categorical, continuous, missing, label_order = check_options(categorical, continuous, na_values, label_order)
+    names = list(map(str, df.columns))
+    unknown = sorted((set(categorical) | set(continuous)) - set(names))
+    if unknown:
+        raise DataError(f"columns {unknown} are not in the frame; columns: {names}")
+    if weight is not None and weight not in df.columns:
+        raise DataError(f"weight column {weight!r} not in the frame; columns: {names}")
     data_vars = {}
+    report = []
     for column in df.columns:
         series = df[column]
         name = str(column)
         if name == WEIGHT or column == weight:
-            values = series.to_numpy(dtype=np.float64)
+            values = series.to_numpy(dtype=np.float64, na_value=np.nan)
             _check_weights(values, 0)
             data_vars[WEIGHT] = xr.Variable(ROW, values)
+            report.append(ColumnKind(name, WEIGHT, "weight", "frequency weights"))
             continue
-        values, states = _encode_series(series)
-        attrs = state_attrs(states, values.dtype) if states is not None else {}
-        data_vars[name] = xr.Variable(ROW, values, attrs=attrs)
-    if weight is not None and weight not in df.columns:
-        raise DataError(f"weight column {weight!r} not in the frame; columns: {list(map(str, df.columns))}")
-    return xr.Dataset(data_vars, attrs={"dpgm_schema_version": SCHEMA_VERSION})
+        if isinstance(series.dtype, pd.CategoricalDtype) and name not in continuous:
+            codes, states = _declared(series)
+            data_vars[name] = xr.Variable(ROW, codes, attrs=state_attrs(states, codes.dtype))
+            report.append(ColumnKind(name, name, "categorical",
+                                     f"pandas categorical, {len(states)} categories (their order)"))
+            continue
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            series = series.astype(object)
+        read = series_column(series, missing, with_labels=name in categorical)
+        plan = decide(name, read.summary(), categorical=name in categorical, continuous=name in continuous,
+                      label_order=label_order)
+        report.append(plan.report)
+        if plan.labels is None:
+            data_vars[name] = xr.Variable(ROW, read.numbers)
+            continue
+        dtype = smallest_code_dtype(len(plan.labels), name)
+        codes = code_lookup(plan, read.labels)[read.indices].astype(dtype)
+        data_vars[name] = xr.Variable(ROW, codes, attrs=state_attrs(plan.labels, dtype))
+    attrs = {"dpgm_schema_version": SCHEMA_VERSION, REPORT: ConversionReport(tuple(report)).to_attrs()}
+    return xr.Dataset(data_vars, attrs=attrs)
 
 
 def to_pandas(ds: xr.Dataset) -> pd.DataFrame:
