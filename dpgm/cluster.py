@@ -309,18 +309,30 @@ def iteration_span(name: str, iteration: int) -> Iterator[None]:
 PASS_RETRIES = 2
 
 
-def compute(obj: Any, *, client: Client | None = None, progress: bool | str = False) -> Any:
+def compute(obj: Any, *, client: Client | None = None, progress: Any = False) -> Any:
     """Run one pass: compute a lazy statistic once (no-op for an eager value).
 
     With ``client`` (or an active default client) the pass runs on that cluster;
     otherwise on Dask's configured scheduler (threads by default;
-    ``dask.config.set(scheduler="sync")`` runs it in this thread). ``progress``:
-    True draws a bar (a terminal), ``"lines"`` logs a plain line on the ``dpgm``
-    logger every ``LINE_SECONDS`` (batch logs), False nothing.
+    ``dask.config.set(scheduler="sync")`` runs it in this thread).
+
+    ``progress``: a :class:`dpgm.progress.FitProgress` (a fit's: told when the pass
+    starts, about every :data:`TICK_SECONDS` while it runs, and when it ends; no bar
+    of its own); True draws Dask's bar of the pass (a terminal); ``"lines"`` logs
+    ``pass dpgm-counts: 37/120 tasks done (31%), 12.3 s`` on the ``dpgm`` logger
+    every ``LINE_SECONDS`` and ``pass dpgm-counts finished 3.2 s`` at the end (batch
+    logs); None is True where :func:`dpgm.progress.interactive`, else False; False
+    nothing.
     """
     if not dask.is_dask_collection(obj):
         return obj
+    if progress is None:
+        from dpgm.progress import interactive
+
+        progress = interactive()
     client = client or current_client()
+    if hasattr(progress, "pass_started"):
+        return _watched(obj, client, progress)
     if client is None:
         if progress:
             from dask.diagnostics import ProgressBar
@@ -332,7 +344,7 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool | str = Fa
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
     future = client.compute(obj, retries=PASS_RETRIES)
     if progress == "lines":
-        _line_progress(future)
+        _line_progress(future, pass_name(obj))
     elif progress:
         from distributed.diagnostics.progressbar import TextProgressBar
 
@@ -345,25 +357,70 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool | str = Fa
 
 LINE_SECONDS = 10.0
 BAR_AFTER_SECONDS = 1.0
+TICK_SECONDS = 1.0
+_PARTS = ("map", "combine", "total", "shared")
 
 
-def _line_progress(future: Any) -> None:
-    """Log ``pass: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks).
+def pass_name(obj: Any) -> str:
+    """The readable name of a pass: its result key's prefix (``dpgm-estep``), without the reduction's parts."""
+    from dask.utils import key_split
+
+    try:
+        keys = obj.__dask_keys__()
+        while isinstance(keys, list) and keys:
+            keys = keys[0]
+        words = key_split(keys).split("-")
+    except Exception:
+        return "pass"
+    while len(words) > 1 and words[-1] in _PARTS:
+        words.pop()
+    return "-".join(words)
+
+
+def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
+    """One pass told to a fit's progress: started, running (every TICK_SECONDS), finished or failed."""
+    name = pass_name(obj)
+    began = time.monotonic()
+    watcher.pass_started(name)
+    status = "failed"
+    try:
+        if client is None:
+            result = dask.compute(obj)[0]
+        else:
+            future = client.compute(obj, retries=PASS_RETRIES)
+            while not _done_within(future, TICK_SECONDS):
+                watcher.pass_running(name, time.monotonic() - began)
+            result = future.result()
+        status = "finished"
+        return result
+    finally:
+        watcher.pass_finished(name, time.monotonic() - began, status)
+
+
+def _done_within(future: Any, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``future`` to finish (or fail); whether it has."""
+    from distributed import wait
+
+    try:
+        wait(future, timeout=seconds)
+    except TimeoutError:
+        return future.done()
+    return True
+
+
+def _line_progress(future: Any, name: str = "pass") -> None:
+    """Log ``pass <name>: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks),
+    then ``pass <name> finished 3.2 s``.
 
     A pass that ends within LINE_SECONDS only waits for its result: the task counts come from a
     progress listener on the scheduler, which reports every 500 ms, so starting one for every
     pass would make no pass shorter than that (an EM iteration on a small store included).
     """
-    import logging
-    import time
-
     from distributed.diagnostics.progressbar import TextProgressBar
 
     log = logging.getLogger("dpgm")
     began = time.monotonic()
-    try:
-        future.result(timeout=LINE_SECONDS)  # a failed pass raises here, as in compute()
-    except TimeoutError:
+    if not _done_within(future, LINE_SECONDS):
 
         class _Lines(TextProgressBar):
             last = 0.0
@@ -373,11 +430,11 @@ def _line_progress(future: Any) -> None:
                 if now - self.last >= LINE_SECONDS and all:
                     self.last = now
                     done = all - remaining
-                    log.info("pass: %d/%d tasks done (%d%%), %.1f s", done, all, 100 * done // all,
+                    log.info("pass %s: %d/%d tasks done (%d%%), %.1f s", name, done, all, 100 * done // all,
                              now - began)
 
             def _draw_stop(self, remaining=0, status="finished", **kwargs):
                 pass
 
         _Lines([future], scheduler=future.client.scheduler.address, interval="500ms")
-    log.info("pass %s after %.1f s", future.status, time.monotonic() - began)
+    log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
