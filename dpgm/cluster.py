@@ -344,8 +344,8 @@ def compute(obj: Any, *, client: Client | None = None, progress: Any = False) ->
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
     future = client.compute(obj, retries=PASS_RETRIES)
     if progress == "lines":
-        _line_progress(future, pass_name(obj))
-    elif progress:
+        return _line_progress(future, pass_name(obj))
+    if progress:
         from distributed.diagnostics.progressbar import TextProgressBar
 
         try:  # a bar only for a pass that lasts: its listener would hold a short pass to its 100 ms ticks
@@ -362,19 +362,38 @@ _PARTS = ("map", "combine", "total", "shared")
 
 
 def pass_name(obj: Any) -> str:
-    """The readable name of a pass: its result key's prefix (``dpgm-estep``), without the reduction's parts."""
-    from dask.utils import key_split
-
+    """The readable name of a pass: its result key's prefix (``dpgm-estep``) without the reduction's parts,
+    or the first ``dpgm-`` task prefix of its graph when the result is a generic step (``list``, ``sum``)."""
     try:
         keys = obj.__dask_keys__()
         while isinstance(keys, list) and keys:
             keys = keys[0]
-        words = key_split(keys).split("-")
+        name = _prefix(keys)
+        if not name.startswith("dpgm-"):
+            graph = obj.__dask_graph__()
+            for names in (getattr(graph, "layers", {}), graph):
+                found = next((_prefix(key) for key in names if _prefix(key).startswith("dpgm-")), None)
+                if found:
+                    return found
     except Exception:
         return "pass"
-    while len(words) > 1 and words[-1] in _PARTS:
-        words.pop()
-    return "-".join(words)
+    return name
+
+
+def _prefix(key: Any) -> str:
+    """A task key's leading words: ``dpgm-convert-discover`` of ``dpgm-convert-discover-<token>``,
+    ``dpgm-estep`` of ``(dpgm-estep-combine-<token>, 1, 0)`` (dask's ``key_split`` would also drop an
+    8-letter word that begins with a-f, such as ``discover``)."""
+    text = str(key[0] if isinstance(key, tuple) else key)
+    words = text.split("-")
+    kept = [words[0].strip("_'()\"")]
+    for word in words[1:]:
+        if not word.isalpha() or (len(word) == 8 and all(c in "abcdef" for c in word)):
+            break
+        kept.append(word)
+    while len(kept) > 1 and kept[-1] in _PARTS:
+        kept.pop()
+    return "-".join(kept)
 
 
 def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
@@ -388,29 +407,30 @@ def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
             result = dask.compute(obj)[0]
         else:
             future = client.compute(obj, retries=PASS_RETRIES)
-            while not _done_within(future, TICK_SECONDS):
+            done, result = _result_within(future, TICK_SECONDS)
+            while not done:
                 watcher.pass_running(name, time.monotonic() - began)
-            result = future.result()
+                done, result = _result_within(future, TICK_SECONDS)
         status = "finished"
         return result
     finally:
         watcher.pass_finished(name, time.monotonic() - began, status)
 
 
-def _done_within(future: Any, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``future`` to finish (or fail); whether it has."""
-    from distributed import wait
-
+def _result_within(future: Any, seconds: float) -> tuple[bool, Any]:
+    """``(True, result)`` if ``future`` finishes within ``seconds``, ``(False, None)`` if it still runs;
+    raises its error if it failed."""
     try:
-        wait(future, timeout=seconds)
+        return True, future.result(timeout=seconds)
     except TimeoutError:
-        return future.done()
-    return True
+        if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
+            return True, future.result()
+        return False, None
 
 
-def _line_progress(future: Any, name: str = "pass") -> None:
+def _line_progress(future: Any, name: str = "pass") -> Any:
     """Log ``pass <name>: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks),
-    then ``pass <name> finished 3.2 s``.
+    then ``pass <name> finished 3.2 s``; the pass's result.
 
     A pass that ends within LINE_SECONDS only waits for its result: the task counts come from a
     progress listener on the scheduler, which reports every 500 ms, so starting one for every
@@ -420,7 +440,12 @@ def _line_progress(future: Any, name: str = "pass") -> None:
 
     log = logging.getLogger("dpgm")
     began = time.monotonic()
-    if not _done_within(future, LINE_SECONDS):
+    try:
+        done, result = _result_within(future, LINE_SECONDS)
+    except Exception:
+        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+        raise
+    if not done:
 
         class _Lines(TextProgressBar):
             last = 0.0
@@ -437,4 +462,7 @@ def _line_progress(future: Any, name: str = "pass") -> None:
                 pass
 
         _Lines([future], scheduler=future.client.scheduler.address, interval="500ms")
+        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+        return future.result()
     log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+    return result
