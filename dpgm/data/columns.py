@@ -276,7 +276,7 @@ class ZarrColumns:
 
         from zarr.core.sync import sync
 
-        arrays, columns, records = _open_arrays(self.store, self.variables)
+        arrays, columns, records = _opened(self.store, self.variables)
         start, stop = self.starts[chunk], self.starts[chunk + 1]
         out = ChunkColumns()
         rest = []
@@ -344,7 +344,13 @@ def _read_error(store: ZarrStore, variable: str, chunk: int, start: int, stop: i
 _local_path = local_path
 
 
-def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None], list]:
+def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None]]:
+    """The store's arrays and direct readers, opened once per process and store version (:func:`_opened`)."""
+    arrays, columns, _ = _opened(store, variables)
+    return arrays, columns
+
+
+def _opened(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None], list]:
     """The store's arrays, direct readers and chunk records, opened once per process and store version.
 
     Every ``open_dataset`` gives its store a new token, so a cache keyed by the token
