@@ -43,6 +43,7 @@ from dpgm.data.manifest import (
     ChunkRecord,
     local_path,
     missing_chunk,
+    open_store,
     records,
     unexpected_chunk,
 )
@@ -300,11 +301,10 @@ class ZarrColumns:
         for v, column in direct_columns:
             if v not in out:
                 out[v] = column.read(start, stop)
-        if rest:
-            files = ChunkFiles(self.store.path, self.store.storage_options)
+        if rest:  # the arrays' store refuses a chunk the manifest records but which is gone (open_store)
 
             async def fetch():
-                return await asyncio.gather(*(_checked_read(files, a, record, start, stop) for _, a, record in rest),
+                return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a, _ in rest),
                                             return_exceptions=True)
 
             for (v, _, _), values in zip(rest, sync(fetch()), strict=True):
@@ -316,17 +316,6 @@ class ZarrColumns:
         result = ChunkColumns((v, out[v]) for v in self.variables)
         result.matrix, result.matrix_variables = out.matrix, out.matrix_variables
         return result
-
-
-async def _checked_read(files: ChunkFiles, array: Any, record: ChunkRecord | None, start: int, stop: int) -> Any:
-    """Rows ``[start, stop)`` through Zarr, after checking that the chunks the manifest records are there."""
-    if record is not None:
-        store = array.store_path.store
-        for coords in record.row_chunks(start, stop):
-            if record.expected(coords) is not None and not await store.exists(
-                    f"{array.store_path.path}/{record.key(coords)}"):
-                raise missing_chunk(files, record, coords)
-    return await array.getitem(slice(start, stop))
 
 
 def _read_error(store: ZarrStore, variable: str, chunk: int, start: int, stop: int, error: Exception) -> Exception:
@@ -390,13 +379,16 @@ def _open(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list, lis
     import zarr.api.asynchronous as zarr_async
     from zarr.core.sync import sync
 
+    checked = open_store(store.path, store.storage_options)  # Zarr's reads held to the manifest
+
     async def open_all():
-        group = await zarr_async.open_group(store.path, mode="r", storage_options=store.storage_options)
+        group = await zarr_async.open_group(checked, mode="r")
         return dict(group.attrs), [await group.getitem(v) for v in variables]
 
     attrs, arrays = sync(open_all())
     found = records(attrs, store.path)
     chunks = found[1] if found is not None else {}
+    checked.records = chunks or None
     kept = [chunks.get(v) for v in variables]
     for v, array, record in zip(variables, arrays, kept, strict=True):
         if record is not None and (record.encoding, record.separator) != _key_encoding(array):

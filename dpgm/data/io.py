@@ -30,7 +30,7 @@ from dpgm.data.manifest import (
     check_chunks,
     check_records,
     dropped_records,
-    guard,
+    open_store,
 )
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError, DpgmWarning
@@ -100,11 +100,11 @@ def open_dataset(
     chunks: Any = {} if chunk_rows is None else {ROW: int(chunk_rows)}
     context = _quiet_zarr()
     try:
+        store = open_store(path, storage_options)  # every Zarr read of it is held to its manifest, once checked
         ds = xr.open_zarr(
-            path,
+            store,
             consolidated=False,
             chunks=chunks,
-            storage_options=storage_options,
             mask_and_scale=False,
             decode_times=False,
         )
@@ -119,7 +119,8 @@ def open_dataset(
     chunks = check_records(ds.attrs, path, storage_options, map(str, ds.variables))
     Schema.from_dataset(ds)
     if chunks is not None:
-        ds = _checked(ds, path, storage_options, chunks)
+        _check_loaded(ds, path, storage_options, chunks)
+        store.records = chunks
     ds.encoding["dpgm_store"] = ZarrStore(
         path=path,
         storage_options=storage_options,
@@ -129,16 +130,15 @@ def open_dataset(
     return ds
 
 
-def _checked(ds: xr.Dataset, path: str, storage_options: dict[str, Any] | None,
-             chunks: dict[str, ChunkRecord]) -> xr.Dataset:
-    """``ds`` whose arrays refuse a chunk the store's manifest records but which is gone: lazily,
-    block by block, for dask-backed arrays; now for arrays xarray already read (index coordinates)."""
+def _check_loaded(ds: xr.Dataset, path: str, storage_options: dict[str, Any] | None,
+                  chunks: dict[str, ChunkRecord]) -> None:
+    """Arrays xarray read while opening (index coordinates), before the store held reads to the
+    manifest: every chunk the manifest records is there (the lazy arrays are checked as read)."""
     files = ChunkFiles(path, storage_options)
     for name, variable in ds.variables.items():
         if not hasattr(variable.data, "dask") and str(name) in chunks:
             record = chunks[str(name)]
             check_chunks(files, record, record.all_chunks())
-    return guard(ds, path, storage_options, chunks)
 
 
 def _one_line(error: BaseException) -> str:

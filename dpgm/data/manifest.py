@@ -19,7 +19,7 @@ group's ``zarr.json`` as ``dpgm_complete: true``. :func:`check_records` (run by
 :func:`dpgm.open_dataset`) refuses a store whose records do not match their digests or whose
 arrays' metadata changed after the marker, naming the variable and what changed; readers
 then check lazily, in the task that reads a chunk, that a chunk the writer wrote is there
-(:mod:`dpgm.data.columns`, :func:`guard` for xarray's own arrays), and :func:`dpgm.verify` checks every
+(:mod:`dpgm.data.columns`; :func:`open_store` for every read through Zarr), and :func:`dpgm.verify` checks every
 chunk's bytes. A store without these records (written by an earlier dpgm, xarray or Zarr
 directly) is read as before and called unverifiable.
 """
@@ -27,6 +27,7 @@ directly) is read as before and called unverifiable.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -41,7 +42,7 @@ import numpy as np
 from dpgm.errors import DataError
 
 __all__ = ["MANIFEST", "SCHEMA", "ChunkFiles", "ChunkRecord", "added_records", "check_present", "check_records",
-           "completion_records", "dropped_records", "guard", "recorded_chunks", "stored_digests"]
+           "completion_records", "dropped_records", "open_store", "recorded_chunks", "stored_digests"]
 
 MANIFEST = "dpgm_manifest"
 SCHEMA = "dpgm_schema"
@@ -176,6 +177,20 @@ class ChunkRecord:
         if self.encoding == "v2":
             return self.separator.join(map(str, coords)) or "0"
         return self.separator.join(["c", *map(str, coords)])
+
+    def coords_of(self, key: str) -> tuple[int, ...] | None:
+        """The chunk coordinates a key names, or None if it names no chunk of the grid."""
+        parts = key.split(self.separator)
+        if self.encoding != "v2":
+            if not parts or parts[0] != "c":
+                return None
+            parts = parts[1:]
+        if self.encoding == "v2" and parts == ["0"] and not self.shape:
+            return ()
+        if len(parts) != len(self.shape) or not all(p.isdigit() for p in parts):
+            return None
+        coords = tuple(int(p) for p in parts)
+        return coords if all(c < g for c, g in zip(coords, self.grid, strict=True)) else None
 
     def flat(self, coords: tuple[int, ...]) -> int:
         return int(np.ravel_multi_index(coords, self.grid)) if coords else 0
@@ -380,6 +395,8 @@ def _show(field: str, value: Any) -> str:
 
 def schema_changes(recorded: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]:
     """What changed in an array's metadata since its schema record was written (empty: nothing)."""
+    if recorded.get("metadata") == digest(dict(document)):  # the whole document as written: nothing changed
+        return []
     current = schema_entry(document)
     changes = []
     for field, words in FIELDS.items():
@@ -525,25 +542,65 @@ def recorded_chunks(path: str | os.PathLike[str], storage_options: dict | None =
             for name, record in found[1].items()}
 
 
-def _checked_block(block: np.ndarray, *, files: ChunkFiles, record: ChunkRecord, block_info: Any = None) -> np.ndarray:
-    """One block of an xarray array read through Zarr, refused if a chunk it holds was lost."""
-    location = (block_info or {}).get(0, {}).get("array-location")
-    if location is not None and record.shape:
-        starts = [lo // c for (lo, _), c in zip(location, record.chunks, strict=True)]
-        stops = [-(-hi // c) for (_, hi), c in zip(location, record.chunks, strict=True)]
-        check_chunks(files, record, product(*(range(a, b) for a, b in zip(starts, stops, strict=True))))
-    return block
+def open_store(path: str, storage_options: dict | None) -> Any:
+    """The store at ``path`` wrapped in a :class:`ManifestStore` (records set once checked)."""
+    from zarr.core.sync import sync
+    from zarr.storage._common import make_store_path
+
+    store_path = sync(make_store_path(path, mode="r", storage_options=storage_options))
+    return _manifest_store_class()(store_path.store, path=path, storage_options=storage_options,
+                                   prefix=store_path.path)
 
 
-def guard(ds: Any, path: str, storage_options: dict | None, chunks: Mapping[str, ChunkRecord]) -> Any:
-    """``ds`` whose dask-backed variables check, block by block as they are read, that the chunks
-    the writer wrote are there (Zarr would fill a lost chunk with the fill value: for dpgm, missing)."""
-    files = ChunkFiles(path, storage_options)
-    for name, variable in ds.variables.items():
-        data = variable.data
-        record = chunks.get(str(name))
-        if record is None or not hasattr(data, "map_blocks") or not hasattr(data, "dask"):
-            continue
-        variable.data = data.map_blocks(_checked_block, dtype=data.dtype, meta=data._meta,
-                                        name=f"dpgm-checked-{data.name}", files=files, record=record)
-    return ds
+@functools.cache
+def _manifest_store_class() -> type:
+    from zarr.storage import WrapperStore
+
+    class ManifestStore(WrapperStore):
+        """A read-only Zarr store that refuses, when Zarr reads a chunk, a chunk file the manifest
+        records but which is gone, and a file where the writer recorded an empty chunk.
+
+        Zarr reads a missing chunk as the fill value (for dpgm: *missing*); through this store
+        every read by Zarr (xarray's arrays, dpgm's Zarr reads) is held to the manifest, at the
+        cost of a dictionary lookup per chunk. ``records`` stays None until the store's records
+        have been checked (:func:`check_records`)."""
+
+        def __init__(self, store: Any, *, path: str = "", storage_options: dict | None = None, prefix: str = "",
+                     records: Mapping[str, ChunkRecord] | None = None) -> None:
+            super().__init__(store)
+            self.path, self.storage_options, self.prefix, self.records = path, storage_options, prefix, records
+
+        def _with_store(self, store: Any) -> Any:
+            return type(self)(store, path=self.path, storage_options=self.storage_options, prefix=self.prefix,
+                              records=self.records)
+
+        def __dask_tokenize__(self) -> tuple:
+            local = local_path(self.path)
+            stamp = None
+            if local is not None:
+                with contextlib.suppress(OSError):
+                    stamp = os.stat(os.path.join(local, "zarr.json")).st_mtime_ns
+            return ("dpgm-manifest-store", self.path, json.dumps(self.storage_options or {}, sort_keys=True), stamp)
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            value = await self._store.get(key, prototype, byte_range)
+            if self.records:
+                self._check(key, value is not None)
+            return value
+
+        def _check(self, key: str, found: bool) -> None:
+            relative = key[len(self.prefix):].lstrip("/") if self.prefix else key
+            array, _, chunk_key = relative.partition("/")
+            record = self.records.get(array) if self.records else None
+            if record is None or chunk_key == "zarr.json":
+                return
+            coords = record.coords_of(chunk_key)
+            if coords is None:
+                return
+            expected = record.expected(coords)
+            if expected is not None and not found:
+                raise missing_chunk(ChunkFiles(self.path, self.storage_options), record, coords)
+            if expected is None and found:
+                raise unexpected_chunk(ChunkFiles(self.path, self.storage_options), record, coords)
+
+    return ManifestStore
