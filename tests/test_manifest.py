@@ -392,8 +392,18 @@ def _model_save(tmp_path, client):
     return tmp_path / "m.zarr"
 
 
+def _checkpoint(tmp_path, client):
+    truth = dpgm.load_network("asia")
+    data = dpgm.sample_bayesian_network(truth, 1000, None, seed=0, missing=0.1)
+    structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        dpgm.fit(structure, data, method="em", max_iter=2, random_state=0, checkpoint=tmp_path / "ckpt")
+    return tmp_path / "ckpt" / (tmp_path / "ckpt" / "LATEST").read_text().strip() / "model-0.zarr"
+
+
 WRITERS = [_write_dataset, _write_dataset_lazily, _convert, _convert_parquet_blocks, _generate, _add_variables,
-           _predict_write, _model_save]
+           _predict_write, _model_save, _checkpoint]
 
 
 @pytest.mark.parametrize("writer", WRITERS, ids=[w.__name__.strip("_") for w in WRITERS])
@@ -465,3 +475,11 @@ def test_no_single_byte_change_of_a_variables_metadata_changes_what_is_read(tmp_
             np.testing.assert_array_equal(values, reference[variable].values, err_msg=f"{offset} {chr(replacement)}")
     path.write_bytes(original)
     assert refused > 0 and opened > 0
+
+
+def test_the_readme_data_integrity_example_runs_as_written():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Data integrity", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python")[1:]]
+    block = next(b for b in blocks if "dpgm.verify(path)" in b)
+    exec(compile("\n".join(line[2:] for line in block.splitlines()), "README.md", "exec"), {})
