@@ -443,6 +443,41 @@ def test_predict_write_keeps_the_store_verifiable_and_its_new_chunks_checked(tmp
         {"chunk": [2, 0], "file": str(store / "tub_proba" / "c" / "2" / "0")}]
 
 
+@pytest.fixture(scope="module")
+def s3():
+    """An S3-compatible server (moto) on loopback, with a bucket."""
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
+    pytest.importorskip("s3fs", reason="s3fs is a test dependency")
+    boto3 = pytest.importorskip("boto3")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": f"http://{host}:{port}",
+                                                                        "region_name": "us-east-1"}}
+    boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket="dpgm-data")
+    yield options
+    server.stop()
+
+
+def test_a_lost_object_on_s3_is_refused_on_the_cluster_and_by_verify(s3, client):
+    """An incomplete ``aws s3 sync``: one chunk object of a dataset on an object store is gone."""
+    import fsspec
+
+    frame = mixed_frame()
+    url = "s3://dpgm-data/mixed.zarr"
+    dpgm.write_dataset(dpgm.from_pandas(frame), url, chunk_rows=CHUNK_ROWS, storage_options=s3)
+    assert dpgm.verify(url, client=client, storage_options=s3).ok
+    tables = dpgm.counts(dpgm.open_dataset(url, storage_options=s3), [("a", "b")], client=client)
+    np.testing.assert_array_equal(tables[("a", "b")].values, pandas_counts(frame, ("a", "b"))[0])
+    fsspec.filesystem("s3", **s3).rm("dpgm-data/mixed.zarr/a/c/8")
+    with pytest.raises(DataError, match="missing") as info:
+        dpgm.counts(dpgm.open_dataset(url, storage_options=s3), [("a", "b")], client=client)
+    assert info.value.variable == "a" and info.value.chunk == 8 and f"{url}/a/c/8" in str(info.value)
+    report = dpgm.verify(url, client=client, storage_options=s3)
+    assert not report.ok and report.variables["a"]["missing"] == [{"chunk": [8], "file": f"{url}/a/c/8"}]
+
+
 # ---------------------------------------------------------------- 5. hostile metadata, byte by byte
 
 

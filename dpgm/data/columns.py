@@ -151,11 +151,11 @@ class DirectColumn:
         try:
             f = open(path, "rb")
         except FileNotFoundError:
-            if self.record is not None and self.record.expected((k,)) is not None:
+            if self.record is not None and k not in self.record.empty:
                 raise missing_chunk(ChunkFiles(os.path.dirname(self.directory)), self.record, (k,)) from None
             out[:] = self.fill_value
             return
-        if self.record is not None and self.record.expected((k,)) is None:
+        if self.record is not None and k in self.record.empty:
             f.close()
             raise unexpected_chunk(ChunkFiles(os.path.dirname(self.directory)), self.record, (k,))
         with f:
