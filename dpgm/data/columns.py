@@ -43,10 +43,10 @@ from dpgm.data.manifest import (
     ChunkRecord,
     local_path,
     missing_chunk,
-    open_store,
     records,
     unexpected_chunk,
 )
+from dpgm.data.manifest_store import open_store
 from dpgm.errors import DataError
 
 __all__ = ["ChunkColumns", "DirectColumn", "ZarrColumns", "ZarrStore", "zarr_columns"]

@@ -30,8 +30,8 @@ from dpgm.data.manifest import (
     check_chunks,
     check_records,
     dropped_records,
-    open_store,
 )
+from dpgm.data.manifest_store import open_store
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError, DpgmWarning
 
