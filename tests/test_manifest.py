@@ -492,7 +492,10 @@ def test_no_single_byte_change_of_a_variables_metadata_changes_what_is_read(tmp_
     original = path.read_bytes()
     opened = refused = 0
     for offset in range(len(original)):
-        for replacement in {original[offset] ^ 0x01, ord("9") if original[offset] != ord("9") else ord("8")}:
+        # a neighbouring byte, a digit, a blank (which leaves the document's content as it was where it
+        # replaces layout whitespace)
+        for replacement in {original[offset] ^ 0x01, ord("9") if original[offset] != ord("9") else ord("8"),
+                            ord(" ")} - {original[offset]}:
             data = bytearray(original)
             data[offset] = replacement
             path.write_bytes(bytes(data))
@@ -509,7 +512,7 @@ def test_no_single_byte_change_of_a_variables_metadata_changes_what_is_read(tmp_
             assert ds[variable].dtype == reference[variable].dtype, (offset, chr(replacement))
             np.testing.assert_array_equal(values, reference[variable].values, err_msg=f"{offset} {chr(replacement)}")
     path.write_bytes(original)
-    assert refused > 0 and opened > 0
+    assert refused > 1000 and opened > 0, (refused, opened)  # opened: layout changes only
 
 
 def test_the_readme_data_integrity_example_runs_as_written():
