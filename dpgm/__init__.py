@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from dpgm.data.convert import convert
     from dpgm.data.kinds import ConversionReport
     from dpgm.data.sample import sample_bayesian_network
+    from dpgm.data.verification import VerifyReport, verify
     from dpgm.errors import ConvergenceWarning, DataError, DpgmWarning
     from dpgm.inference import (
         ImpossibleEvidenceError,
@@ -86,6 +87,8 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "sample_bayesian_network": "dpgm.data.sample",
     "Schema": "dpgm.data",
     "to_pandas": "dpgm.data",
+    "verify": "dpgm.data.verification",
+    "VerifyReport": "dpgm.data.verification",
     "write_bif": "dpgm.io",
     "write_dataset": "dpgm.data",
     "write_uai": "dpgm.io",
@@ -153,6 +156,8 @@ __all__ = [
     "read_uai",
     "sample_bayesian_network",
     "to_pandas",
+    "verify",
+    "VerifyReport",
     "write_dataset",
     "write_bif",
     "write_uai",

@@ -13,7 +13,7 @@ written under a temporary name first: a failed or interrupted command leaves non
 
 from __future__ import annotations
 
-from dpgm.cli import datasets, demo, fitting  # noqa: F401  (each registers its commands on the group)
+from dpgm.cli import datasets, demo, fitting, verify  # noqa: F401  (each registers its commands on the group)
 from dpgm.cli.entry import cli, main
 
 __all__ = ["cli", "main"]

@@ -115,16 +115,20 @@ def info(data, as_json) -> None:
         _model_info(data, attrs, as_json)
         return
     from dpgm.data import Schema, open_dataset
+    from dpgm.data.manifest import check_present
 
     with errors():
         ds = open_dataset(data, storage_options=storage_options())
         schema = Schema.from_dataset(ds)
+        # every chunk file the store's manifest records is there (a listing; `dpgm verify` reads them)
+        n_files = check_present(data, storage_options(), list(map(str, ds.variables)))
     chunks = ds[next(iter(ds.data_vars))].chunks[0] if ds.data_vars else ()
     if as_json:
         click.echo(json.dumps({
             "kind": "dataset", "n_rows": schema.n_rows, "chunks": [int(c) for c in chunks],
             "variables": {name: list(v.states) if v.categorical else "continuous" for name, v in schema.items()},
-            "weight": schema.weight, "complete_marker": "dpgm_complete" in ds.attrs}))
+            "weight": schema.weight, "complete_marker": "dpgm_complete" in ds.attrs,
+            "verifiable": n_files is not None, "chunk_files": n_files}))
         return
     click.echo(f"{data}: {schema.n_rows:,} rows in {len(chunks)} chunks of up to {max(chunks, default=0):,} rows")
     for name, variable in schema.items():
@@ -137,6 +141,11 @@ def info(data, as_json) -> None:
     if "dpgm_complete" not in ds.attrs:
         click.echo("note: no completion marker (written by an earlier dpgm or another tool): dpgm cannot tell "
                    "whether every chunk was written; write it again with this dpgm to be sure")
+    if n_files is None:
+        click.echo("note: unverifiable: no chunk manifest (written by an earlier dpgm or another tool): a lost chunk "
+                   "file would read as missing values; write the store again with this dpgm to make it verifiable")
+    else:
+        click.echo(f"chunk manifest: all {n_files:,} chunk files present (`dpgm verify` checks their bytes)")
 
 
 def _model_info(path: str, attrs: dict, as_json: bool) -> None:

@@ -16,6 +16,14 @@ goes through Zarr itself. Both paths read the same bytes; the tests compare them
 A ``crc32c`` codec at the end of the chain (every array dpgm writes has one) is
 verified by the direct reader too; a mismatch, or a chunk that does not decode,
 is a :class:`~dpgm.errors.DataError` naming the variable, the chunk and its file.
+
+A store with a chunk manifest (:mod:`dpgm.data.manifest`) is held to it, per chunk, in
+the task that reads the chunk: a chunk file the writer wrote but which is gone is a
+``DataError`` naming the variable, the chunk and the expected file (never the fill
+value, which for dpgm means *missing*); the direct reader also compares each chunk's
+stored CRC-32C with the one recorded (a valid chunk in the wrong place), and refuses a
+file where the writer recorded an empty chunk. Both cost nothing on the common path:
+the checks run only when a file is absent, and on an integer already read.
 """
 
 from __future__ import annotations
@@ -29,6 +37,17 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+
+from dpgm.data.manifest import (
+    ChunkFiles,
+    ChunkRecord,
+    local_path,
+    missing_chunk,
+    records,
+    unexpected_chunk,
+)
+from dpgm.data.manifest_store import open_store
+from dpgm.errors import DataError
 
 __all__ = ["ChunkColumns", "DirectColumn", "ZarrColumns", "ZarrStore", "zarr_columns"]
 
@@ -92,6 +111,9 @@ class DirectColumn:
         (Zarr's ``crc32c`` codec, last in the chain); verified on every read.
     variable
         The variable's name, for error messages.
+    record
+        What the store's chunk manifest records of the array (None: no manifest, an
+        absent chunk reads as the fill value as Zarr reads it).
     """
 
     directory: str
@@ -103,6 +125,7 @@ class DirectColumn:
     separator: str
     checksum: bool = False
     variable: str = ""
+    record: ChunkRecord | None = None
 
     def aligned(self, start: int, stop: int) -> bool:
         """Whether rows ``[start, stop)`` are whole Zarr chunks (the last may end the array)."""
@@ -128,8 +151,13 @@ class DirectColumn:
         try:
             f = open(path, "rb")
         except FileNotFoundError:
+            if self.record is not None and k not in self.record.empty:
+                raise missing_chunk(ChunkFiles(os.path.dirname(self.directory)), self.record, (k,)) from None
             out[:] = self.fill_value
             return
+        if self.record is not None and k in self.record.empty:
+            f.close()
+            raise unexpected_chunk(ChunkFiles(os.path.dirname(self.directory)), self.record, (k,))
         with f:
             size = os.fstat(f.fileno()).st_size
             data = memoryview(scratch("compressed", size))[:size]
@@ -138,8 +166,12 @@ class DirectColumn:
         if self.checksum:
             import google_crc32c
 
-            if size < 4 or google_crc32c.value(np.frombuffer(data, np.uint8, size - 4)) != int.from_bytes(data[-4:], "little"):
+            stored = int.from_bytes(data[-4:], "little")
+            if size < 4 or google_crc32c.value(np.frombuffer(data, np.uint8, size - 4)) != stored:
                 raise self._error(k, path, "checksum mismatch (stored CRC-32C differs from the bytes read)")
+            if self.record is not None and self.record.stored and stored != self.record.crc32c[k]:
+                raise self._error(k, path, "a chunk other than the one its writer recorded (its CRC-32C differs "
+                                           "from the store's chunk manifest)")
             data = data[:-4]
         try:
             if self.codec == "blosc":
@@ -156,16 +188,15 @@ class DirectColumn:
             raise self._error(k, path, f"cannot decode ({' '.join(str(error).split()) or type(error).__name__})") from None
 
     def _error(self, k: int, path: str, what: str) -> Exception:
-        from dpgm.errors import DataError
-
         start = k * self.chunk_rows
         stop = min(start + self.chunk_rows, self.length)
         return DataError(f"{what} in Zarr chunk file {path!r} (rows {start}-{stop}): the file is corrupted; "
                          "restore or rewrite the store", variable=self.variable or None, chunk=k)
 
 
-def direct_column(array: Any, directory: str) -> DirectColumn | None:
-    """A :class:`DirectColumn` for a Zarr v3 array in ``directory`` if its layout allows, else None."""
+def direct_column(array: Any, directory: str, record: ChunkRecord | None = None) -> DirectColumn | None:
+    """A :class:`DirectColumn` for a Zarr v3 array in ``directory`` if its layout allows, else None;
+    ``record``: what the store's chunk manifest records of the array."""
     from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
     from zarr.core.chunk_grids import RegularChunkGrid
     from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
@@ -204,6 +235,7 @@ def direct_column(array: Any, directory: str) -> DirectColumn | None:
         separator=metadata.chunk_key_encoding.separator,
         checksum=checksum,
         variable=os.path.basename(os.path.normpath(directory)),
+        record=record,
     )
 
 
@@ -245,16 +277,16 @@ class ZarrColumns:
 
         from zarr.core.sync import sync
 
-        arrays, columns = _open_arrays(self.store, self.variables)
+        arrays, columns, records = _opened(self.store, self.variables)
         start, stop = self.starts[chunk], self.starts[chunk + 1]
         out = ChunkColumns()
         rest = []
         direct_columns = []
-        for v, array, column in zip(self.variables, arrays, columns, strict=True):
+        for v, array, column, record in zip(self.variables, arrays, columns, records, strict=True):
             if direct and column is not None and column.aligned(start, stop):
                 direct_columns.append((v, column))
             else:
-                rest.append((v, array))
+                rest.append((v, array, record))
         if self.reuse and direct_columns:
             dtype = direct_columns[0][1].dtype
             in_matrix = [(v, c) for v, c in direct_columns if c.dtype == dtype and dtype.kind in "iu"]
@@ -269,13 +301,15 @@ class ZarrColumns:
         for v, column in direct_columns:
             if v not in out:
                 out[v] = column.read(start, stop)
-        if rest:
+        if rest:  # the arrays' store refuses a chunk the manifest records but which is gone (open_store)
 
             async def fetch():
-                return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a in rest),
+                return await asyncio.gather(*(a.getitem(slice(start, stop)) for _, a, _ in rest),
                                             return_exceptions=True)
 
-            for (v, _), values in zip(rest, sync(fetch()), strict=True):
+            for (v, _, _), values in zip(rest, sync(fetch()), strict=True):
+                if isinstance(values, DataError):
+                    raise values
                 if isinstance(values, Exception):
                     raise _read_error(self.store, v, chunk, start, stop, values) from None
                 out[v] = values
@@ -288,8 +322,6 @@ def _read_error(store: ZarrStore, variable: str, chunk: int, start: int, stop: i
     """A failed Zarr read of one chunk's column as a :class:`DataError` naming variable, chunk and store.
 
     Zarr's ``crc32c`` codec raises ``ValueError`` when a stored checksum does not match."""
-    from dpgm.errors import DataError
-
     if isinstance(error, OSError | MemoryError) and not isinstance(error, FileNotFoundError):
         return error
     text = " ".join(str(error).split()) or type(error).__name__
@@ -298,14 +330,17 @@ def _read_error(store: ZarrStore, variable: str, chunk: int, start: int, stop: i
                      f"({text}): the store is corrupted; restore or rewrite it", variable=variable, chunk=chunk)
 
 
-def _local_path(path: str) -> str | None:
-    if path.startswith("file://"):
-        return path[len("file://") :]
-    return None if "://" in path else path
+_local_path = local_path
 
 
 def _open_arrays(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None]]:
-    """The store's arrays and direct readers, opened once per process and store version.
+    """The store's arrays and direct readers, opened once per process and store version (:func:`_opened`)."""
+    arrays, columns, _ = _opened(store, variables)
+    return arrays, columns
+
+
+def _opened(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list[DirectColumn | None], list]:
+    """The store's arrays, direct readers and chunk records, opened once per process and store version.
 
     Every ``open_dataset`` gives its store a new token, so a cache keyed by the token
     alone made each worker open every array's metadata again on each new pass (~20 ms
@@ -336,22 +371,38 @@ def _metadata_version(root: str, variables: tuple[str, ...]) -> tuple | None:
     return tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
 
 
-_OPENED: dict[tuple, tuple[list, list]] = {}
+_OPENED: dict[tuple, tuple[list, list, list]] = {}
 _OPENED_LOCK = threading.Lock()
 
 
-def _open(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list]:
+def _open(store: ZarrStore, variables: tuple[str, ...]) -> tuple[list, list, list]:
     import zarr.api.asynchronous as zarr_async
     from zarr.core.sync import sync
 
-    async def open_all():
-        group = await zarr_async.open_group(store.path, mode="r", storage_options=store.storage_options)
-        return [await group.getitem(v) for v in variables]
+    checked = open_store(store.path, store.storage_options)  # Zarr's reads held to the manifest
 
-    arrays = sync(open_all())
+    async def open_all():
+        group = await zarr_async.open_group(checked, mode="r")
+        return dict(group.attrs), [await group.getitem(v) for v in variables]
+
+    attrs, arrays = sync(open_all())
+    found = records(attrs, store.path)
+    chunks = found[1] if found is not None else {}
+    checked.records = chunks or None
+    kept = [chunks.get(v) for v in variables]
+    for v, array, record in zip(variables, arrays, kept, strict=True):
+        if record is not None and (record.encoding, record.separator) != _key_encoding(array):
+            raise DataError("its chunk key encoding changed after the store was marked complete; restore its "
+                            "zarr.json or rewrite the store", variable=v)
     root = _local_path(store.path)
-    columns = [None if root is None else direct_column(a, os.path.join(root, v)) for v, a in zip(variables, arrays, strict=True)]
-    return arrays, columns
+    columns = [None if root is None else direct_column(a, os.path.join(root, v), r)
+               for v, a, r in zip(variables, arrays, kept, strict=True)]
+    return arrays, columns, kept
+
+
+def _key_encoding(array: Any) -> tuple[str, str]:
+    encoding = array.metadata.chunk_key_encoding
+    return str(encoding.name), str(encoding.separator)
 
 
 def zarr_columns(ds: xr.Dataset, variables: Sequence[str], *, reuse: bool = False) -> ZarrColumns | None:

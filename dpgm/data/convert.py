@@ -63,6 +63,7 @@ from dpgm.data.kinds import (
     float_column,
     labelled_column,
 )
+from dpgm.data.manifest import stored_digests
 from dpgm.data.schema import ROW, WEIGHT, state_attrs
 from dpgm.errors import DataError
 
@@ -339,25 +340,33 @@ def _encode_and_write(block: _Block, storage_options: dict | None, plan: dict[st
     first_full = -(-start // chunk_rows) * chunk_rows
     last_full = max(stop // chunk_rows * chunk_rows, first_full)
     group = zarr.open_group(target, mode="r+", storage_options=storage_options)
-    edges: dict[str, dict[str, np.ndarray]] = {"head": {}, "tail": {}}
+    edges: dict[str, Any] = {"head": {}, "tail": {}, "digests": {}}
     for name, values in columns.items():
         if last_full > first_full:
-            group[name][first_full:last_full] = values[first_full - start:last_full - start]
+            array = group[name]
+            array[first_full:last_full] = values[first_full - start:last_full - start]
+            edges["digests"].update(stored_digests(target, storage_options, name, array, [
+                (k,) for k in range(first_full // chunk_rows, last_full // chunk_rows)]))
         edges["head"][name] = values[: min(first_full, stop) - start]
         edges["tail"][name] = values[max(last_full, first_full) - start:] if last_full < stop else values[:0]
     return edges
 
 
 def _write_edge(chunk: int, chunk_rows: int, target: str, storage_options: dict | None,
-                pieces: list[tuple[int, Any]]) -> None:
-    """Write one chunk shared by several blocks from their pieces ``(first row, {name: values})``."""
+                pieces: list[tuple[int, Any]]) -> dict[str, dict[str, int | None]]:
+    """Write one chunk shared by several blocks from their pieces ``(first row, {name: values})``;
+    its digests (for the manifest)."""
     import zarr
 
     group = zarr.open_group(target, mode="r+", storage_options=storage_options)
+    digests = {}
     for name in pieces[0][1]:
         values = np.concatenate([piece[name] for _, piece in sorted(pieces, key=lambda p: p[0])])
         start = chunk * chunk_rows
-        group[name][start:start + len(values)] = values
+        array = group[name]
+        array[start:start + len(values)] = values
+        digests.update(stored_digests(target, storage_options, name, array, [(chunk,)]))
+    return digests
 
 
 def _edge_writes(written: list, offsets: np.ndarray, chunk_rows: int, target: str,
@@ -463,6 +472,7 @@ def convert(
     from dpgm.cluster import compute
     from dpgm.data.integrity import mark_complete
     from dpgm.data.io import open_dataset, write_dataset
+    from dpgm.data.manifest import merge_digests, merge_tree
 
     categorical, continuous, missing, label_order = check_options(categorical, continuous, na_values, label_order)
     source, target = os.fspath(source), os.fspath(target)
@@ -511,9 +521,10 @@ def convert(
             block, storage_options, plan, missing, target, int(offsets[index]), int(offsets[index + 1]),
             chunk_rows, dask_key_name=f"dpgm-convert-encode-{token}"))
     edges = _edge_writes(written, offsets, chunk_rows, target, storage_options)
-    # only small values come back: the pieces travel between workers, never through the driver
-    compute(dask.delayed(list)(edges + [dask.delayed(len)(w) for w in written]), client=client, progress=progress)
-    mark_complete(target, storage_options)  # last: after every chunk
+    # only the chunks' digests come back: the pieces travel between workers, never through the driver
+    digests = compute(merge_tree(edges + [dask.delayed(operator.getitem)(w, "digests") for w in written],
+                                 merge_digests, "dpgm-convert-digests", run), client=client, progress=progress)
+    mark_complete(target, storage_options, digests=digests)  # last: after every chunk; the manifest from the digests
     return open_dataset(target, storage_options=storage_options)
 
 

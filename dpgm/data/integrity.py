@@ -21,6 +21,14 @@ Checksums
     Every array dpgm writes ends its codec chain with Zarr v3's ``crc32c`` codec;
     dpgm's direct chunk reader (:mod:`dpgm.data.columns`) verifies it, and Zarr
     verifies it on every other read.
+
+Manifest and schema record
+    In the same update as the marker, the writer records every array's chunk grid and
+    each chunk's CRC-32C (or that Zarr left it empty), and a digest of every array's
+    metadata (:mod:`dpgm.data.manifest`). Readers refuse a chunk the writer wrote that is
+    gone (never reading it as the fill value, which for dpgm means *missing*) and a store
+    whose labels, dtypes, shapes or chunking changed after the marker; :func:`dpgm.verify`
+    checks every chunk's bytes on the cluster.
 """
 
 from __future__ import annotations
@@ -45,13 +53,23 @@ def checksum_codec() -> Any:
     return Crc32cCodec()
 
 
-def mark_complete(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
-                  **attrs: Any) -> None:
-    """Set ``dpgm_complete: true`` (and ``attrs``) on the store's group: call after its last chunk."""
+def mark_complete(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None, *,
+                  digests: dict[str, dict[str, int | None]] | None = None, **attrs: Any) -> None:
+    """Set ``dpgm_complete: true`` (and ``attrs``) on the store's group: call after its last chunk.
+
+    The same update records the chunk manifest and the schema record of every array in the
+    group (:func:`dpgm.data.manifest.completion_records`); ``digests`` are the chunks' digests
+    returned by the tasks that wrote them (``{array: {chunk key: crc32c or None}}``), the
+    others are read back from the chunk files' last 4 bytes.
+    """
     import zarr
 
-    group = zarr.open_group(os.fspath(path), mode="r+", storage_options=storage_options)
-    group.attrs.update({**attrs, COMPLETE: True})
+    from dpgm.data.manifest import completion_records
+
+    path = os.fspath(path)
+    group = zarr.open_group(path, mode="r+", storage_options=storage_options)
+    records = completion_records(path, storage_options, sorted(group.array_keys()), digests)
+    group.attrs.update({**attrs, **records, COMPLETE: True})
 
 
 def check_complete(attrs: dict[str, Any], path: str | os.PathLike[str], what: str = "store") -> None:

@@ -23,6 +23,15 @@ from dpgm.data.kinds import (
     decide,
     series_column,
 )
+from dpgm.data.manifest import (
+    ChunkFiles,
+    ChunkRecord,
+    added_records,
+    check_chunks,
+    check_records,
+    dropped_records,
+)
+from dpgm.data.manifest_store import open_store
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError, DpgmWarning
 
@@ -78,8 +87,12 @@ def open_dataset(
         No store at the path.
     DataError
         The store is not a valid dpgm dataset (see :class:`dpgm.data.Schema`), its
-        writer marked it incomplete, its metadata cannot be read, or a variable its
-        ``variables`` attribute records has no array (see :mod:`dpgm.data.integrity`).
+        writer marked it incomplete, its metadata cannot be read, a variable its
+        ``variables`` attribute records has no array, or an array's metadata (labels,
+        dtype, shape, chunking, fill value) changed after its writer marked it complete
+        (see :mod:`dpgm.data.integrity`). Reading a chunk that the store's manifest
+        records but whose file is gone raises a ``DataError`` too, naming the variable,
+        the chunk and the file.
     """
     path = os.fspath(path_or_url)
     if "://" not in path and not os.path.exists(path):
@@ -87,11 +100,11 @@ def open_dataset(
     chunks: Any = {} if chunk_rows is None else {ROW: int(chunk_rows)}
     context = _quiet_zarr()
     try:
+        store = open_store(path, storage_options)  # every Zarr read of it is held to its manifest, once checked
         ds = xr.open_zarr(
-            path,
+            store,
             consolidated=False,
             chunks=chunks,
-            storage_options=storage_options,
             mask_and_scale=False,
             decode_times=False,
         )
@@ -103,7 +116,11 @@ def open_dataset(
         context.__exit__(None, None, None)
     check_complete(ds.attrs, path, "dataset")
     ds = _listed_variables(ds, path)
+    chunks = check_records(ds.attrs, path, storage_options, map(str, ds.variables))
     Schema.from_dataset(ds)
+    if chunks is not None:
+        _check_loaded(ds, path, storage_options, chunks)
+        store.records = chunks
     ds.encoding["dpgm_store"] = ZarrStore(
         path=path,
         storage_options=storage_options,
@@ -111,6 +128,17 @@ def open_dataset(
         token=uuid.uuid4().hex,
     )
     return ds
+
+
+def _check_loaded(ds: xr.Dataset, path: str, storage_options: dict[str, Any] | None,
+                  chunks: dict[str, ChunkRecord]) -> None:
+    """Arrays xarray read while opening (index coordinates), before the store held reads to the
+    manifest: every chunk the manifest records is there (the lazy arrays are checked as read)."""
+    files = ChunkFiles(path, storage_options)
+    for name, variable in ds.variables.items():
+        if not hasattr(variable.data, "dask") and str(name) in chunks:
+            record = chunks[str(name)]
+            check_chunks(files, record, record.all_chunks())
 
 
 def _one_line(error: BaseException) -> str:
@@ -244,22 +272,28 @@ def write_dataset(
     if compute:
         mark_complete(path, storage_options)
         return written
-    return _then_set_attrs(written, os.fspath(path), storage_options, {COMPLETE: True})
+    return _then(written, _mark_complete, os.fspath(path), storage_options)
 
 
-def _then_set_attrs(written: Any, path: str, storage_options: dict[str, Any] | None, attrs: dict):
-    """A dask object that runs ``written`` (the chunk writes), then sets the group attributes ``attrs``."""
+def _then(written: Any, finish: Any, *args: Any):
+    """A dask object that runs ``written`` (the chunk writes), then ``finish(written, *args)``."""
     import dask
 
-    token = dask.base.tokenize(written, path, attrs)
-    return dask.delayed(_set_attrs, pure=True)(written, path, storage_options, attrs,
-                                               dask_key_name=f"dpgm-finish-write-{token}")
+    token = dask.base.tokenize(written, finish, *args)
+    return dask.delayed(finish, pure=True)(written, *args, dask_key_name=f"dpgm-finish-write-{token}")
 
 
-def _set_attrs(written: Any, path: str, storage_options: dict[str, Any] | None, attrs: dict) -> None:
+def _mark_complete(written: Any, path: str, storage_options: dict[str, Any] | None) -> None:
+    mark_complete(path, storage_options)
+
+
+def _list_added(written: Any, path: str, storage_options: dict[str, Any] | None, order: list[str],
+                added: list[str]) -> None:
+    """List the added variables, and record their chunks and schema, once their chunks are written."""
     import zarr
 
-    zarr.open_group(path, mode="r+", storage_options=storage_options).attrs.update(attrs)
+    group = zarr.open_group(path, mode="r+", storage_options=storage_options)
+    group.attrs.update({"variables": order, **added_records(dict(group.attrs), path, storage_options, added)})
 
 
 def add_variables(
@@ -302,9 +336,9 @@ def add_variables(
     group = zarr.open_group(os.fspath(path), mode="r+", storage_options=storage_options)
     order = [str(v) for v in existing.data_vars if str(v) not in taken] + [str(v) for v in new.data_vars]
     kept = dict(group.attrs)  # xarray's append replaces the group's attributes with the new dataset's
-    if taken:  # the replaced variables are unlisted before they go, listed again once rewritten
-        kept["variables"] = order[: len(order) - len(new.data_vars)]
-        group.attrs.update({"variables": kept["variables"]})
+    if taken:  # the replaced variables are unlisted (and unrecorded) before they go, listed again once rewritten
+        kept.update({"variables": order[: len(order) - len(new.data_vars)], **dropped_records(kept, taken)})
+        group.attrs.update(kept)
     for name in map(str, new.data_vars):  # replaced, or left by an unfinished earlier write
         if name in group:
             del group[name]
@@ -319,10 +353,11 @@ def add_variables(
                               encoding=zarr_encoding(new, chunk_rows), compute=compute)
     finally:
         context.__exit__(None, None, None)
-    if compute:  # listed only once written: an unfinished write adds no variable
-        group.attrs.update({"variables": order})
+    added = [str(v) for v in new.data_vars]
+    if compute:  # listed (and recorded) only once written: an unfinished write adds no variable
+        _list_added(written, os.fspath(path), storage_options, order, added)
         return written
-    return _then_set_attrs(written, os.fspath(path), storage_options, {"variables": order})
+    return _then(written, _list_added, os.fspath(path), storage_options, order, added)
 
 
 def _declared(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:

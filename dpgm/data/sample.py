@@ -15,6 +15,7 @@ import zarr
 from dpgm.cluster import compute
 from dpgm.data.integrity import mark_complete
 from dpgm.data.io import _quiet_zarr, open_dataset, write_dataset
+from dpgm.data.manifest import merge_digests, merge_tree, stored_digests
 from dpgm.data.schema import ROW, SCHEMA_VERSION, smallest_code_dtype, state_attrs
 
 if TYPE_CHECKING:  # the sampler reads a network's variables, parents and tables; models sit above data
@@ -67,12 +68,16 @@ def _chunk_rng(seed: int, chunk: int) -> np.random.Generator:
 
 def _write_chunk(
     sampler: _Sampler, path: str, storage_options: dict | None, chunk: int, start: int, stop: int, seed: int, missing: float
-) -> int:
+) -> dict[str, dict[str, int | None]]:
+    """Sample and write one chunk of every variable; the written chunks' digests (for the manifest)."""
     codes = sampler.sample(stop - start, _chunk_rng(seed, chunk), missing)
     group = zarr.open_group(path, mode="r+", storage_options=storage_options)
+    digests = {}
     for name, column in zip(sampler.variables, codes, strict=True):
-        group[name][start:stop] = column
-    return int(sum((c < 0).sum() for c in codes))
+        array = group[name]
+        array[start:stop] = column
+        digests.update(stored_digests(path, storage_options, name, array, [(chunk,)]))
+    return digests
 
 
 def sample_bayesian_network(
@@ -170,8 +175,10 @@ def sample_bayesian_network(
     ]
     context = _quiet_zarr()
     try:
-        compute(dask.delayed(sum)(tasks, dask_key_name=f"dpgm-generate-total-{token}"), client=client, progress=progress)
+        digests = compute(merge_tree(tasks, merge_digests, "dpgm-generate-digests", token), client=client,
+                          progress=progress)
     finally:
         context.__exit__(None, None, None)
-    mark_complete(path, storage_options)  # after every chunk task returned: a failed run leaves it unmarked
+    # after every chunk task returned: a failed run leaves it unmarked; the tasks' digests make the manifest
+    mark_complete(path, storage_options, digests=digests)
     return open_dataset(path, storage_options=storage_options)
