@@ -362,12 +362,19 @@ def set_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> None:
     are kept (the CLI records the specification, :func:`dpgm.fit` the data and model).
     """
     where = _Folder(folder)
-    where.fs.makedirs(where.root, exist_ok=True)
     recorded = {}
-    if where.exists(FINGERPRINT):
-        with contextlib.suppress(ValueError, OSError):
-            recorded = json.loads(where.read_text(FINGERPRINT))
-    where.write_text(json.dumps(recorded | json.loads(json.dumps(fingerprint))), FINGERPRINT)
+    try:
+        where.fs.makedirs(where.root, exist_ok=True)
+        if where.exists(FINGERPRINT):
+            with contextlib.suppress(ValueError, OSError):
+                recorded = json.loads(where.read_text(FINGERPRINT))
+        where.write_text(json.dumps(recorded | json.loads(json.dumps(fingerprint))), FINGERPRINT)
+    except Exception as error:
+        device = _device_error(error)
+        if device is None:
+            raise
+        raise CheckpointWriteError(device.errno, f"{device.strerror or os.strerror(device.errno)} while writing "
+                                   f"the checkpoint {where.name!r}", where.url(where.path(FINGERPRINT))) from error
 
 
 def check_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> bool:
