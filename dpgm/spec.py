@@ -259,6 +259,9 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
     from dpgm.networks import load_network
 
     kind = spec["model"]
+    if not isinstance(kind, str):
+        raise SpecError(f"'model' must be the name of a model kind (a string), got {kind!r}; expected one of "
+                        f"{list(STRUCTURE_KEYS)}")
     if kind not in STRUCTURE_KEYS:
         raise SpecError(f"unknown model kind {kind!r}; expected one of {list(STRUCTURE_KEYS)}")
     _check_types(spec, kind)
@@ -314,6 +317,10 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
         if unknown or not isinstance(spec.get("n_classes"), int):
             raise SpecError(f"a latent_class model needs 'n_classes' (an integer) and observed variables of the "
                             f"data (unknown: {unknown})")
+        from dpgm.api.checks import check_latent_states
+
+        check_latent_states(spec.get("variable", "class"), spec["n_classes"],  # before its tables exist
+                            1 + sum(len(states[v]) for v in observed), kind="latent class variable")
         model = latent_class_model({v: states[v] for v in observed}, spec["n_classes"],
                                    latent=spec.get("variable", "class"))
         return model, method or "em", options
@@ -322,6 +329,9 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
 
         if not isinstance(spec.get("n_states"), int) or not isinstance(spec.get("symbols"), list):
             raise SpecError("an hmm needs 'n_states' (an integer) and 'symbols' (the observed labels)")
+        from dpgm.api.checks import check_hidden_states
+
+        check_hidden_states(spec["n_states"], len(spec["symbols"]))  # before its tables exist
         return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), method, options
     if kind in ("glm", "hybrid_network"):
         latent = kind == "hybrid_network" and bool(spec.get("latent"))

@@ -111,7 +111,7 @@ def test_cli_fit_killed_and_resumed_equals_uninterrupted(tmp_path):
     deadline = time.time() + 240
     while time.time() < deadline:
         latest = checkpoint / "LATEST"
-        if latest.exists() and int(latest.read_text().split("-")[1]) >= 4:
+        if latest.exists() and int(latest.read_text().splitlines()[0].split("-")[1]) >= 4:
             break
         time.sleep(0.05)
     killed.kill()

@@ -556,7 +556,7 @@ def _wait_for(predicate, job: subprocess.Popen, timeout: float = 90) -> None:
 
 def _latest(checkpoint: Path) -> int:
     with contextlib.suppress(OSError, ValueError):
-        return int((checkpoint / "LATEST").read_text().strip().rsplit("-", 1)[-1])
+        return int((checkpoint / "LATEST").read_text().splitlines()[0].rsplit("-", 1)[-1])
     return 0
 
 

@@ -360,7 +360,7 @@ def test_resume_against_other_data_or_spec_is_refused(tmp_path):
     (tmp_path / "more.yaml").write_text(LCA + "max_iter: 5\n")  # a longer run of the same fit: allowed
     result = run("fit", tmp_path / "more.yaml", data, *resume, check=False)
     assert result.returncode == 3, result.stderr
-    assert len(json.loads((checkpoint / (checkpoint / "LATEST").read_text() / "state.json").read_text())
+    assert len(json.loads((checkpoint / (checkpoint / "LATEST").read_text().splitlines()[0] / "state.json").read_text())
                ["histories"][0]) == 5
 
 

@@ -61,13 +61,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from dpgm.algorithms.checkpoint import read_checkpoint, write_checkpoint
+from dpgm.algorithms.checkpoint import CheckpointMismatch, read_checkpoint, write_checkpoint
+from dpgm.algorithms.snapshot import shapes
 from dpgm.algorithms.squarem import MAX_STEP, STEP_FACTOR, extrapolate, shorter_bound, step_length
 
 __all__ = ["ACCELERATIONS", "EMFamily", "EMState", "em"]
@@ -207,8 +208,10 @@ def em(
     checkpoint
         Folder to checkpoint parameters and history into after every iteration.
     resume
-        Folder of a checkpoint to continue from (its models replace ``starts``;
-        an incremental phase is not repeated).
+        Folder of a checkpoint to continue from: the loop goes on from the exact state saved
+        (every restart's points and SQUAREM's cycle), so the result equals an uninterrupted
+        run's bit for bit; ``starts`` only give the shapes the saved parameters must have.
+        An incremental phase in progress goes on if ``incremental`` is set.
     accelerate
         None (plain EM) or ``"squarem"``.
     incremental
@@ -224,20 +227,15 @@ def em(
         raise ValueError(f"accelerate must be one of {list(ACCELERATIONS)}, got {accelerate!r}")
     histories: list[list[dict]] = [[] for _ in starts]
     iteration = 0
-    converged_before: list[bool] = [False] * len(starts)
-    if resume is not None:
-        iteration, models, saved = read_checkpoint(resume)
-        starts = [family.from_model(m) for m in models]
-        histories, converged_before = saved["histories"], saved["converged"]
-        incremental = False
-    runs = [_Restart(point=p) for p in starts]
-    for run, history, done in zip(runs, histories, converged_before, strict=True):
-        accepted = [h for h in history if h.get("accepted", True) and h.get("step") != "incremental"]
-        if accepted:
-            run.best_loglik = accepted[-1]["loglik"]
-        if done:
-            run.best, run.done, run.converged = run.point, True, True
     passes = Fraction(0)
+    incremental_left = INCREMENTAL_PASSES if incremental else 0
+    runs = [_Restart(point=p) for p in starts]
+    if resume is not None:
+        iteration, runs, histories, passes, left = _resume(family, resume, starts)
+        incremental_left = left if incremental else 0  # an incremental phase is finished, never started again
+        if not incremental_left:
+            for run in runs:
+                run.blocks, run.total = {}, None
     start = time.perf_counter()
 
     def report(i: int, loglik: float, change, point: Any, step: str, accepted: bool) -> None:
@@ -255,20 +253,24 @@ def em(
 
     def save() -> None:
         if checkpoint is not None:
+            # the whole loop state (every restart's points, SQUAREM's cycle, the passes so far): a resume from
+            # any iteration, the last included, continues exactly as this run would have
+            loop = {"version": 1, "runs": [{f.name: getattr(r, f.name) for f in fields(r)} for r in runs],
+                    "passes": passes, "incremental_left": incremental_left}
             write_checkpoint(checkpoint, iteration,
-                             [family.to_model(r.best if r.done and r.best is not None else r.point) for r in runs],
-                             {"histories": histories, "converged": [r.converged for r in runs]})
+                             [family.to_model(r.best if r.best is not None else r.point) for r in runs],
+                             {"histories": histories, "converged": [r.converged for r in runs],
+                              "done": [r.done for r in runs]}, loop)
 
-    if incremental:
+    if incremental_left:
         blocks = family.row_blocks(INCREMENTAL_BLOCKS)
         total_rows = sum(stop - begin for begin, stop in blocks)
         # families whose M step cannot leave a zero (IPF, GIS: multiplicative updates) take the first
         # pass's blocks at the starting parameters (a plain EM step), not a growing partial sum
         warm = getattr(family, "incremental_full_first_pass", False)
-        for _ in range(INCREMENTAL_PASSES):
-            if iteration >= max_iter:
-                break
+        while incremental_left and iteration < max_iter:
             iteration += 1
+            incremental_left -= 1
             active = [i for i, r in enumerate(runs) if not r.done]
             for b, rows in enumerate(blocks):
                 results = family.estep([runs[i].point for i in active], iteration, rows=rows)
@@ -288,9 +290,10 @@ def em(
                 # the blocks' log-likelihoods were each taken at the parameters of their own block
                 report(i, sum(loglik for loglik, _ in runs[i].blocks.values()), None, runs[i].point,
                        "incremental", False)
+            if not incremental_left:
+                for run in runs:
+                    run.blocks, run.total = {}, None
             save()
-        for run in runs:
-            run.blocks, run.total = {}, None
 
     while iteration < max_iter and not all(r.done for r in runs):
         iteration += 1
@@ -307,6 +310,43 @@ def em(
     models = [family.to_model(r.best if r.best is not None else r.point) for r in runs]
     pruned = [i for i, r in enumerate(runs) if r.done and not r.converged]
     return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
+
+
+def _resume(family: EMFamily, folder: Any, starts: list[Any]) -> tuple[int, list[_Restart], list, Fraction, int]:
+    """The loop's state saved in the checkpoint ``folder``, verified: ``(iteration, runs, histories, passes,
+    incremental passes left)``.
+
+    Raises
+    ------
+    CheckpointDamaged
+        A file of the checkpoint is not what dpgm wrote (from :func:`read_checkpoint`).
+    CheckpointMismatch
+        The saved restarts are not of this fit: another number of restarts, or parameters
+        whose shapes differ from ``starts``' (or that the family cannot turn into a model).
+    """
+    iteration, _, saved = read_checkpoint(folder, models=False)
+    loop, where = saved["loop"], f"the checkpoint {str(getattr(folder, 'root', folder))!r}"
+    names = {f.name for f in fields(_Restart)}
+    if not (isinstance(loop, dict) and loop.get("version") == 1 and isinstance(loop.get("runs"), list)
+            and all(isinstance(r, dict) and set(r) == names for r in loop["runs"])):
+        raise CheckpointMismatch(f"{where} holds a loop state of another version of dpgm: start afresh")
+    runs = [_Restart(**fields_) for fields_ in loop["runs"]]
+    histories = saved["histories"]
+    templates = [s for s in starts if s is not None]
+    if templates and len(templates) != len(runs):
+        raise CheckpointMismatch(f"{where} holds {len(runs)} restarts; this fit has {len(templates)}")
+    for i, run in enumerate(runs):
+        if templates and shapes(run.point) != shapes(templates[i]):
+            raise CheckpointMismatch(f"{where}: the parameters of restart {i} do not have the shapes of this "
+                                     "fit's model (written for another model)")
+        try:
+            family.to_model(run.best if run.best is not None else run.point)
+        except (ValueError, TypeError, KeyError, IndexError) as error:
+            raise CheckpointMismatch(f"{where}: the parameters of restart {i} do not fit this model "
+                                     f"({type(error).__name__}: {error})") from None
+    if len(histories) != len(runs):
+        raise CheckpointMismatch(f"{where} holds {len(histories)} histories for {len(runs)} restarts")
+    return iteration, runs, histories, Fraction(loop["passes"]), int(loop["incremental_left"])
 
 
 def _wants_longer(u0: np.ndarray, u1: np.ndarray, u2: np.ndarray) -> bool:

@@ -27,10 +27,13 @@ import scipy.linalg
 
 from dpgm.errors import DataError
 
-__all__ = ["IRLSNode", "IRLSResult", "irls", "solve_normal_equations"]
+__all__ = ["IRLSNode", "IRLSResult", "check_rank", "collinear_terms", "irls", "solve_normal_equations"]
 
 # halvings of a step that raised the deviance before giving up on it
 MAX_HALVINGS = 30
+# terms are collinear when X'WX scaled to a unit diagonal has an eigenvalue below RANK_TOL times its largest
+# (a condition number over 1e11: the normal equations keep fewer than five significant digits)
+RANK_TOL = 1e-11
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,49 @@ def solve_normal_equations(xtwx: np.ndarray, xtwz: np.ndarray, penalty: np.ndarr
         raise DataError(f"the terms {list(labels)} are collinear in the data (X'WX is singular): "
                         "drop a parent or add an l2 penalty") from None
     return scipy.linalg.cho_solve(factor, xtwz), factor
+
+
+def collinear_terms(xtwx: np.ndarray, penalty: np.ndarray, labels: Sequence[str]) -> list[str]:
+    """The terms spanning the (numerical) null space of ``X'WX + diag(penalty)``; [] if it has full rank.
+
+    The matrix is scaled to a unit diagonal (so the units of the parents do not matter) and
+    its eigenvalues below :data:`RANK_TOL` times the largest are taken as zero; a term is
+    named when its weight in such an eigenvector is at least 1% of the largest weight.
+    Terms without weight (a zero diagonal) are left to :func:`solve_normal_equations`.
+    """
+    matrix = np.asarray(xtwx, dtype=float) + np.diag(penalty)
+    diagonal = np.diag(matrix).copy()
+    kept = np.flatnonzero(diagonal > 0)
+    if len(kept) < 2 or not np.isfinite(matrix).all():
+        return []
+    scale = np.sqrt(diagonal[kept])
+    scaled = matrix[np.ix_(kept, kept)] / np.outer(scale, scale)
+    values, vectors = np.linalg.eigh((scaled + scaled.T) / 2)
+    null = vectors[:, values <= RANK_TOL * values.max()]
+    if null.shape[1] == 0:
+        return []
+    weight = np.abs(null).max(axis=1)
+    return [labels[kept[i]] for i in np.flatnonzero(weight >= 0.01 * weight.max())]
+
+
+def check_rank(xtwx: np.ndarray, penalty: np.ndarray, labels: Sequence[str]) -> None:
+    """Refuse a design whose terms are collinear in the data, naming them (see :func:`collinear_terms`).
+
+    Raises
+    ------
+    DataError
+        ``X'WX + diag(penalty)`` is singular: a continuous parent constant (collinear
+        with the intercept), a parent a linear function of others, or the states of
+        categorical parents aliased. An ``l2`` penalty > 0 makes the system regular and
+        the fit proceeds (ridge); dropping one of the named parents is the other remedy.
+    """
+    terms = collinear_terms(xtwx, penalty, labels)
+    if terms:
+        constant = [t for t in terms if t != "Intercept"] if terms[0] == "Intercept" and len(terms) == 2 else []
+        hint = f" ({constant[0]!r} is constant in the data)" if constant else ""
+        raise DataError(f"the terms {terms} are collinear in the data{hint}: X'WX has rank below its "
+                        f"{len(labels)} terms, so their coefficients are not identified; drop one of these parents, "
+                        "or pass an l2 penalty > 0 (l2: in a specification) to fit a ridge regression")
 
 
 class IRLSNode:
@@ -115,6 +161,7 @@ class IRLSNode:
         self.passes += 1
         if self.beta is None:
             self.statistics = statistics
+            check_rank(statistics["xtwx"], self.penalty, self.labels)  # at the start's weights, every row counts
             self.beta, _ = solve_normal_equations(statistics["xtwx"], statistics["xtwz"], self.penalty, self.labels)
             return
         if self.closed_form:

@@ -9,7 +9,7 @@ import xarray as xr
 
 from dpgm.algorithms.result import FitResult
 from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
-from dpgm.api.checks import check_checkpoint, check_fit_options
+from dpgm.api.checks import check_checkpoint, check_fit_options, check_sizes
 from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
 from dpgm.api.glm import fit_glm
 from dpgm.api.hmm import fit_hmm
@@ -138,6 +138,7 @@ def fit(
     """
     data = open_source(data, convert=convert, client=client)
     resolved = check_fit_options(model, method, {"tol": tol, "max_iter": max_iter, **options})
+    check_sizes(model, data, resolved, options)  # hidden and latent states, mixture components: before any pass
     check_checkpoint(model, data, resolved, {"tol": tol, "max_iter": max_iter, **options})
     if method == "em" and isinstance(data, xr.DataArray):
         from dpgm.data import from_table

@@ -461,3 +461,91 @@ def check_tabular(model: HybridNetwork, variable: str, schema: Schema) -> None:
     if continuous:
         raise DataError(f"has continuous parents {continuous}: a table cannot condition on them; give it a logit "
                         f"family (families={{{variable!r}: 'bernoulli'}} or 'categorical')", variable=variable)
+
+
+# ---------------------------------------------------------------- sizes of hidden and latent variables, before any pass
+
+# one restart's parameters and expected statistics (every restart's are held together): 1 GiB of float64
+MAX_PARAMETER_CELLS = 1 << 27
+# an E step's arrays for one chunk (rows x states x restarts: posteriors, forward-backward messages): 2 GiB
+MAX_CHUNK_CELLS = 1 << 28
+
+
+def _too_large(what: str, cells: int, limit: int, advice: str) -> None:
+    from dpgm.errors import TableTooLarge
+    from dpgm.stats.counts import _bytes
+
+    if cells > limit:
+        raise TableTooLarge(f"{what}: {cells:,} cells ({_bytes(8 * cells)} of float64), over the limit of "
+                            f"{limit:,} cells; {advice}")
+
+
+def check_hidden_states(n_states: int, n_symbols: int, *, hidden: str = "state", n_init: int = 1) -> None:
+    """An HMM's parameters (start, transition ``n x n``, emission ``n x m``) fit in memory, before they exist."""
+    cells = n_init * (n_states + n_states * n_states + n_states * n_symbols)
+    _too_large(f"the hidden variable {hidden!r} has {n_states:,} states (n_states): its transition and emission tables "
+               f"({n_init} restart(s)) need", cells, MAX_PARAMETER_CELLS, "use fewer hidden states")
+
+
+def check_latent_states(variable: str, n_states: int, cells_per_state: int, *, n_init: int = 1,
+                        kind: str = "latent variable") -> None:
+    """A latent variable's tables (``cells_per_state`` cells for each of its states) fit in memory."""
+    _too_large(f"the {kind} {variable!r} has {n_states:,} states: its tables ({n_init} restart(s)) need",
+               n_init * n_states * cells_per_state, MAX_PARAMETER_CELLS, f"give {variable!r} fewer states")
+
+
+def _chunk_rows(data) -> int:
+    """Rows of the largest chunk a pass hands one task (a table's cells become rows for EM)."""
+    if isinstance(data, xr.DataArray):
+        return int(data.size)
+    chunks = data.chunks.get("row") if data.chunks else None
+    return int(max(chunks)) if chunks else int(data.sizes.get("row", 0))
+
+
+def check_sizes(model, data, method: str | None, options: dict) -> None:
+    """Refuse, before any pass or allocation of the fit, hidden and latent variables whose tables or per-chunk
+    E-step arrays cannot be held: an HMM's hidden states, the latent variables of a Bayesian network (latent
+    class models), a hybrid network's latent root, a Gaussian mixture's components x dimensions.
+
+    Raises
+    ------
+    TableTooLarge
+        (a :class:`~dpgm.errors.ConfigError`, CLI exit 78) naming the variable, its states and the cells.
+    """
+    from dpgm.models.bayesian_network import BayesianNetwork
+    from dpgm.models.hmm import HiddenMarkovModel
+    from dpgm.models.mixture import GaussianMixture
+
+    restarts = int(options.get("n_init", 1)) if isinstance(options.get("n_init", 1), int) else 1
+    rows = _chunk_rows(data)
+    if isinstance(model, HiddenMarkovModel):
+        n, m = model.n_states, int(model.emission.shape[1])
+        check_hidden_states(n, m, hidden=model.hidden, n_init=restarts)
+        steps = rows * int(data.sizes.get("time", 1)) if isinstance(data, xr.Dataset) else rows
+        _too_large(f"the hidden variable {model.hidden!r} has {n:,} states: forward-backward over a chunk of "
+                   f"{rows:,} sequences ({restarts} restart(s)) needs", restarts * steps * n, MAX_CHUNK_CELLS,
+                   "use fewer hidden states, or smaller chunks")
+    elif isinstance(model, GaussianMixture):
+        k, p = model.n_components, len(model.variables)
+        per = 1 + p + (p * p if model.covariance_type in ("full", "tied") else p)
+        _too_large(f"a Gaussian mixture of {k:,} components over {p} variables ({restarts} restart(s)) needs",
+                   restarts * k * per, MAX_PARAMETER_CELLS, "use fewer components")
+        _too_large(f"a Gaussian mixture of {k:,} components: the responsibilities of a chunk of {rows:,} rows "
+                   f"({restarts} restart(s)) need", restarts * rows * k, MAX_CHUNK_CELLS,
+                   "use fewer components, or smaller chunks")
+    elif isinstance(model, BayesianNetwork | HybridNetwork) and method == "em":
+        known = data_states(data)
+        observed = set(data.dims) if isinstance(data, xr.DataArray) else set(map(str, data.variables))
+        states = {v: len(s) for v, s in known.items()} | {v: len(s) for v, s in (model.states or {}).items()}
+        glm = model.families if isinstance(model, HybridNetwork) else {}
+        latent = [v for v in model.variables if v not in observed and v in states]
+        for v in sorted(latent, key=lambda v: -states[v]):
+            widths = [math.prod(states.get(u, 1) for u in (c, *model.parents(c))) for c in model.variables
+                      if (c == v or v in model.parents(c)) and c not in glm]
+            terms = [1 + sum(states[u] - 1 if u in known else 1 for u in model.parents(c) if u != v)
+                     for c in glm if v in model.parents(c)]  # a GLM child's X'WX for each latent state
+            per_state = sum(widths) // states[v] + sum(p * p + p for p in terms)
+            check_latent_states(v, states[v], per_state, n_init=restarts)
+            _too_large(f"the latent variable {v!r} has {states[v]:,} states: the E step of a chunk of {rows:,} "
+                       f"rows ({restarts} restart(s)) needs", restarts * rows * max([states[v], *widths]),
+                       MAX_CHUNK_CELLS, f"give {v!r} fewer states, or use smaller chunks")

@@ -237,7 +237,7 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
     family = HybridEM(model, plan, plans, schema, data, client, progress)
     state = em(family, models, max_iter=max_iter, tol=tol, callback=callback, checkpoint=checkpoint,
                resume=resume)
-    state.passes += resume is None  # the random starts' pass
+    state.passes += 1  # the random starts' pass (a resumed loop counts the passes before it too)
     fitted = state.models[state.best]
     result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(data, client))
     result.info["latent"] = [plan.latent]

@@ -128,7 +128,7 @@ def _lost(error: BaseException, checkpoint: str | None) -> str:
 def _last_iteration(checkpoint: str) -> str:
     latest = Path(checkpoint) / "LATEST"
     if latest.exists():
-        name = latest.read_text().strip()
+        name = latest.read_text().split("\n", 1)[0].strip()  # LATEST: the iteration's name, then its digest
         return f"iteration {int(name.rsplit('-', 1)[-1])}" if name.rsplit("-", 1)[-1].isdigit() else name
     return "no iteration yet"
 
