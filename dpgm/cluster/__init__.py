@@ -23,10 +23,22 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
+from dpgm.cluster.passes import PASS_RETRIES, compute, pass_name
+from dpgm.cluster.processes import (
+    GRACE_SECONDS,
+    INTERRUPTED_GRACE_SECONDS,
+    EmbeddedCluster,
+    interrupt,
+    interrupt_pending,
+    raise_interrupt,
+    shielded,
+)
+
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["compute", "connect", "current_client", "job_script", "NoWorkers", "SchedulerUnreachable", "UnguardedScript"]
+__all__ = ["PASS_RETRIES", "compute", "connect", "current_client", "embedded_cluster", "interrupt", "job_script",
+           "NoWorkers", "pass_name", "SchedulerUnreachable", "UnguardedScript"]
 
 # Workers return chunk buffers to the OS by default and allocate them again for the
 # next chunk; keeping them mapped measured 1.3-1.6x faster end to end.
@@ -154,23 +166,45 @@ def connect(
         with _remote_client(scheduler, scheduler_file, timeout) as remote:
             yield remote
         return
-    from distributed import Client, LocalCluster
+    import distributed  # noqa: F401  (its configuration is loaded on import: before it is changed below)
 
-    workers = n_workers or os.cpu_count() or 1
-    with dask.config.set({"distributed.worker.daemon": False}), _workers_started():
-        local_cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=dashboard_address,
-            env=WORKER_ENV,
-            scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
-            # a failing task reaches the driver as the one error it raises (a pass retries it first):
-            # the workers' own "Compute Failed" logs would only repeat it, traceback and all
-            silence_logs=logging.CRITICAL,
-        )
-    with local_cluster, Client(local_cluster) as local:
-        yield local
+    embedded = EmbeddedCluster()
+    try:
+        with dask.config.set({"distributed.worker.daemon": False}), _workers_started():
+            local = embedded.start(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=dashboard_address,
+                env=WORKER_ENV,
+                scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
+                # a failing task reaches the driver as the one error it raises (a pass retries it first):
+                # the workers' own "Compute Failed" logs would only repeat it, traceback and all
+                silence_logs=logging.CRITICAL,
+            )
+        _EMBEDDED[id(local)] = embedded
+        with local.as_current():
+            yield local
+    finally:
+        _EMBEDDED.pop(id(embedded.client), None)
+        with shielded():  # its processes go within seconds, whatever ended the block (a signal included)
+            embedded.stop(grace=INTERRUPTED_GRACE_SECONDS if _interrupted() else GRACE_SECONDS)
+    raise_interrupt()  # one that arrived while the cluster stopped
+
+
+_EMBEDDED: dict[int, EmbeddedCluster] = {}
+
+
+def embedded_cluster(client: Client) -> EmbeddedCluster | None:
+    """The embedded cluster :func:`connect` started for ``client``, if it did."""
+    return _EMBEDDED.get(id(client))
+
+
+def _interrupted() -> bool:
+    """Whether a signal's interrupt ends the ``with connect()`` block (raised, or recorded by the handler)."""
+    import sys
+
+    return interrupt_pending() is not None or isinstance(sys.exc_info()[1], KeyboardInterrupt)
 
 
 class UnguardedScript(RuntimeError):
@@ -266,10 +300,14 @@ def _remote_client(scheduler: str | None, scheduler_file: str | os.PathLike[str]
         remote = Client(scheduler, timeout=max(deadline - time.monotonic(), 1.0))
     except (OSError, TimeoutError) as error:
         raise SchedulerUnreachable(f"no Dask scheduler answered at {where} within {timeout:g} s: {error}") from error
-    with remote:
+    try:
         _wait_for_a_worker(remote, deadline, timeout, f"the scheduler at {where}")
-        with _lost_scheduler(remote, where):
+        with _lost_scheduler(remote, where), remote.as_current():
             yield remote
+    finally:
+        with shielded():
+            _close_client(remote)
+    raise_interrupt()
 
 
 @contextlib.contextmanager
@@ -277,13 +315,28 @@ def _jobqueue_client(cluster: str, jobs: int, options: Mapping[str, Any], timeou
     from distributed import Client
 
     launcher = _jobqueue_cluster(cluster, options)
-    with launcher:
+    try:
         launcher.scale(jobs=jobs)
-        with Client(launcher) as queued:
+        queued = Client(launcher)
+        try:
             _wait_for_a_worker(queued, time.monotonic() + timeout, timeout,
                                f"the {jobs} {cluster} job(s) submitted by dask-jobqueue (still queued?)")
-            with _lost_scheduler(queued, queued.scheduler.address):
+            with _lost_scheduler(queued, queued.scheduler.address), queued.as_current():
                 yield queued
+        finally:
+            with shielded():
+                _close_client(queued)
+    finally:
+        with shielded():  # cancels the batch jobs
+            with contextlib.suppress(Exception):
+                launcher.close(timeout=5)
+    raise_interrupt()
+
+
+def _close_client(client: Client) -> None:
+    """Close a client within a few seconds (a lost scheduler does not hold the command up)."""
+    with contextlib.suppress(Exception):
+        client.close(timeout=3)
 
 
 def _jobqueue_cluster(cluster: str, options: Mapping[str, Any]) -> Any:
@@ -368,165 +421,3 @@ def iteration_span(name: str, iteration: int) -> Iterator[None]:
 
     with span(name, f"iteration-{iteration}"):
         yield
-
-
-PASS_RETRIES = 2
-
-
-def compute(obj: Any, *, client: Client | None = None, progress: Any = False) -> Any:
-    """Run one pass: compute a lazy statistic once (no-op for an eager value).
-
-    With ``client`` (or an active default client) the pass runs on that cluster;
-    otherwise on Dask's configured scheduler (threads by default;
-    ``dask.config.set(scheduler="sync")`` runs it in this thread).
-
-    ``progress``: a :class:`dpgm.progress.FitProgress` (a fit's: told when the pass
-    starts, about every :data:`TICK_SECONDS` while it runs, and when it ends; no bar
-    of its own); True draws Dask's bar of the pass (a terminal); ``"lines"`` logs
-    ``pass dpgm-counts: 37/120 tasks done (31%), 12.3 s`` on the ``dpgm`` logger
-    every ``LINE_SECONDS`` and ``pass dpgm-counts finished 3.2 s`` at the end (batch
-    logs); None is True where :func:`dpgm.progress.interactive`, else False; False
-    nothing.
-    """
-    if not dask.is_dask_collection(obj):
-        return obj
-    if progress is None:
-        from dpgm.progress import interactive
-
-        progress = interactive()
-    client = client or current_client()
-    if hasattr(progress, "pass_started"):
-        return _watched(obj, client, progress)
-    if client is None:
-        if progress:
-            from dask.diagnostics import ProgressBar
-
-            with ProgressBar():
-                return dask.compute(obj)[0]
-        return dask.compute(obj)[0]
-    # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
-    # run again; tasks lost with a killed worker are recomputed by distributed anyway
-    future = client.compute(obj, retries=PASS_RETRIES)
-    if progress == "lines":
-        return _line_progress(future, pass_name(obj))
-    if progress:
-        from distributed.diagnostics.progressbar import TextProgressBar
-
-        try:  # a bar only for a pass that lasts: its listener would hold a short pass to its 100 ms ticks
-            future.result(timeout=BAR_AFTER_SECONDS)
-        except TimeoutError:
-            TextProgressBar([future], scheduler=future.client.scheduler.address)
-    return future.result()
-
-
-LINE_SECONDS = 10.0
-BAR_AFTER_SECONDS = 1.0
-TICK_SECONDS = 1.0
-_PARTS = ("map", "combine", "total", "shared")
-
-
-def pass_name(obj: Any) -> str:
-    """The readable name of a pass: its result key's prefix (``dpgm-estep``) without the reduction's parts,
-    or the first ``dpgm-`` task prefix of its graph when the result is a generic step (``list``, ``sum``)."""
-    try:
-        keys = obj.__dask_keys__()
-        while isinstance(keys, list) and keys:
-            keys = keys[0]
-        name = _prefix(keys)
-        if not name.startswith("dpgm-"):
-            graph = obj.__dask_graph__()
-            for names in (getattr(graph, "layers", {}), graph):
-                found = next((_prefix(key) for key in names if _prefix(key).startswith("dpgm-")), None)
-                if found:
-                    return found
-    except Exception:
-        return "pass"
-    return name
-
-
-def _prefix(key: Any) -> str:
-    """A task key's leading words: ``dpgm-convert-discover`` of ``dpgm-convert-discover-<token>``,
-    ``dpgm-estep`` of ``(dpgm-estep-combine-<token>, 1, 0)`` (dask's ``key_split`` would also drop an
-    8-letter word that begins with a-f, such as ``discover``)."""
-    text = str(key[0] if isinstance(key, tuple) else key)
-    words = text.split("-")
-    kept = [words[0].strip("_'()\"")]
-    for word in words[1:]:
-        if not word.isalpha() or (len(word) == 8 and all(c in "abcdef" for c in word)):
-            break
-        kept.append(word)
-    while len(kept) > 1 and kept[-1] in _PARTS:
-        kept.pop()
-    return "-".join(kept)
-
-
-def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
-    """One pass told to a fit's progress: started, running (every TICK_SECONDS), finished or failed."""
-    name = pass_name(obj)
-    began = time.monotonic()
-    watcher.pass_started(name)
-    status = "failed"
-    try:
-        if client is None:
-            result = dask.compute(obj)[0]
-        else:
-            future = client.compute(obj, retries=PASS_RETRIES)
-            done, result = _result_within(future, TICK_SECONDS)
-            while not done:
-                watcher.pass_running(name, time.monotonic() - began)
-                done, result = _result_within(future, TICK_SECONDS)
-        status = "finished"
-        return result
-    finally:
-        watcher.pass_finished(name, time.monotonic() - began, status)
-
-
-def _result_within(future: Any, seconds: float) -> tuple[bool, Any]:
-    """``(True, result)`` if ``future`` finishes within ``seconds``, ``(False, None)`` if it still runs;
-    raises its error if it failed."""
-    try:
-        return True, future.result(timeout=seconds)
-    except TimeoutError:
-        if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
-            return True, future.result()
-        return False, None
-
-
-def _line_progress(future: Any, name: str = "pass") -> Any:
-    """Log ``pass <name>: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks),
-    then ``pass <name> finished 3.2 s``; the pass's result.
-
-    A pass that ends within LINE_SECONDS only waits for its result: the task counts come from a
-    progress listener on the scheduler, which reports every 500 ms, so starting one for every
-    pass would make no pass shorter than that (an EM iteration on a small store included).
-    """
-    from distributed.diagnostics.progressbar import TextProgressBar
-
-    log = logging.getLogger("dpgm")
-    began = time.monotonic()
-    try:
-        done, result = _result_within(future, LINE_SECONDS)
-    except Exception:
-        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
-        raise
-    if not done:
-
-        class _Lines(TextProgressBar):
-            last = 0.0
-
-            def _draw_bar(self, remaining, all, **kwargs):
-                now = time.monotonic()
-                if now - self.last >= LINE_SECONDS and all:
-                    self.last = now
-                    done = all - remaining
-                    log.info("pass %s: %d/%d tasks done (%d%%), %.1f s", name, done, all, 100 * done // all,
-                             now - began)
-
-            def _draw_stop(self, remaining=0, status="finished", **kwargs):
-                pass
-
-        _Lines([future], scheduler=future.client.scheduler.address, interval="500ms")
-        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
-        return future.result()
-    log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
-    return result

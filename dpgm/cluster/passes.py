@@ -1,0 +1,295 @@
+"""One pass over the data: :func:`compute`, its progress, and what happens when it is cut short.
+
+The driver waits for a pass in slices of at most :data:`WAIT_SECONDS`, so an interrupt a signal
+handler recorded (:mod:`dpgm.cluster.processes`) is raised within that time even where Python
+swallowed it. A pass that ends by an exception (a task's error, an interrupt) is stopped before the
+exception goes on: its futures are cancelled and the driver waits (up to :data:`STOP_SECONDS`) until
+no task of it still runs on a worker, so that the caller's clean-up (removing a half-written store)
+does not race with writes still under way; an interrupted pass on the embedded cluster stops its
+workers instead, at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import dask
+
+from dpgm.cluster.processes import raise_interrupt
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["PASS_RETRIES", "compute", "pass_name"]
+
+PASS_RETRIES = 2
+LINE_SECONDS = 10.0
+BAR_AFTER_SECONDS = 1.0
+TICK_SECONDS = 1.0
+WAIT_SECONDS = 0.25
+# how long a failed pass's running tasks are waited for: after a task's error, and after an interrupt
+# (then on a cluster dpgm did not start: the embedded one stops its workers instead)
+STOP_SECONDS = 10.0
+INTERRUPTED_STOP_SECONDS = 2.0
+_PARTS = ("map", "combine", "total", "shared")
+
+
+def compute(obj: Any, *, client: Client | None = None, progress: Any = False) -> Any:
+    """Run one pass: compute a lazy statistic once (no-op for an eager value).
+
+    With ``client`` (or an active default client) the pass runs on that cluster;
+    otherwise on Dask's configured scheduler (threads by default;
+    ``dask.config.set(scheduler="sync")`` runs it in this thread).
+
+    ``progress``: a :class:`dpgm.progress.FitProgress` (a fit's: told when the pass
+    starts, about every :data:`TICK_SECONDS` while it runs, and when it ends; no bar
+    of its own); True draws Dask's bar of the pass (a terminal); ``"lines"`` logs
+    ``pass dpgm-counts: 37/120 tasks done (31%), 12.3 s`` on the ``dpgm`` logger
+    every ``LINE_SECONDS`` and ``pass dpgm-counts finished 3.2 s`` at the end (batch
+    logs); None is True where :func:`dpgm.progress.interactive`, else False; False
+    nothing.
+
+    A pass that fails or is interrupted is stopped before its exception is raised: none
+    of its tasks runs on after (see the module's description).
+    """
+    from dpgm.cluster import current_client
+
+    if not dask.is_dask_collection(obj):
+        return obj
+    if progress is None:
+        from dpgm.progress import interactive
+
+        progress = interactive()
+    client = client or current_client()
+    if hasattr(progress, "pass_started"):
+        return _watched(obj, client, progress)
+    if client is None:
+        if progress:
+            from dask.diagnostics import ProgressBar
+
+            with ProgressBar():
+                return dask.compute(obj)[0]
+        return dask.compute(obj)[0]
+    # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
+    # run again; tasks lost with a killed worker are recomputed by distributed anyway
+    future = client.compute(obj, retries=PASS_RETRIES)
+    with _stopped_on_failure(future, obj):
+        if progress == "lines":
+            return _line_progress(future, pass_name(obj))
+        if progress:
+            return _bar_progress(future)
+        return _result(future)
+
+
+def _result(future: Any, seconds: float | None = None) -> Any:
+    """The pass's result, waited for in slices (a recorded interrupt is raised between two); with
+    ``seconds``, ``(False, None)`` when it still runs after that long, else ``(True, result)``."""
+    end = None if seconds is None else time.monotonic() + seconds
+    while True:
+        raise_interrupt()
+        slice_ = WAIT_SECONDS if end is None else min(WAIT_SECONDS, max(end - time.monotonic(), 0.0))
+        try:
+            result = future.result(timeout=slice_)
+        except TimeoutError:
+            if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
+                result = future.result()
+            elif end is not None and time.monotonic() >= end:
+                return False, None
+            else:
+                continue
+        return result if end is None else (True, result)
+
+
+@contextlib.contextmanager
+def _stopped_on_failure(future: Any, obj: Any):
+    """Stop the pass of ``future`` when the block ends by an exception, then let the exception go on."""
+    try:
+        yield
+    except BaseException as error:
+        _stop(future, obj, interrupted=isinstance(error, KeyboardInterrupt))
+        raise
+
+
+def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
+    """Cancel the pass and wait until none of its tasks runs on a worker; interrupted on the embedded
+    cluster, stop its workers instead (at once: the command ends)."""
+    from dpgm.cluster import embedded_cluster
+    from dpgm.cluster.processes import INTERRUPTED_GRACE_SECONDS
+
+    client = future.client
+    embedded = embedded_cluster(client)
+    if interrupted and embedded is not None:
+        embedded.stop(grace=INTERRUPTED_GRACE_SECONDS)
+        return
+    end = time.monotonic() + (INTERRUPTED_STOP_SECONDS if interrupted else STOP_SECONDS)
+    _within(1.0, client.cancel, [future], force=True)
+    names = _key_names(obj)
+    while time.monotonic() < end:
+        counts: dict = {}
+        _within(max(min(end - time.monotonic(), 1.0), 0.1), _count_running, client, names, counts)
+        if not any(counts.values()):  # none still runs (or no worker answered)
+            return
+        time.sleep(0.05)
+
+
+def _count_running(client: Any, names: set[str] | None, counts: dict) -> None:
+    counts.update(client.run(_running_tasks, names=names, on_error="ignore"))
+
+
+def _key_names(obj: Any) -> set[str] | None:
+    """The names of the pass's task keys (``dpgm-generate-<token>`` of ``("dpgm-generate-<token>", 3)``);
+    None (every task) for a graph of too many names to send to the workers."""
+    with contextlib.suppress(Exception):
+        names = {str(k[0] if isinstance(k, tuple) else k) for k in obj.__dask_graph__().keys()}
+        return names if len(names) <= 1000 else None
+    return None
+
+
+def _running_tasks(dask_worker: Any, names: set[str] | None) -> int:
+    """On a worker: how many tasks of ``names`` (any task: None) are still running, cancelled ones too."""
+    keys = [ts.key for ts in list(dask_worker.state.executing) + list(dask_worker.state.long_running)]
+    return sum(1 for key in keys if names is None or str(key[0] if isinstance(key, tuple) else key) in names)
+
+
+def _within(seconds: float, function: Any, *args: Any, **kwargs: Any) -> None:
+    """Call ``function`` in a thread; stop waiting for it after ``seconds`` (its errors are ignored)."""
+    def call() -> None:
+        with contextlib.suppress(Exception):
+            function(*args, **kwargs)
+
+    thread = threading.Thread(target=call, name="dpgm-stop-pass", daemon=True)
+    thread.start()
+    thread.join(seconds)
+
+
+@contextlib.contextmanager
+def _listening(bar: Any, future: Any):
+    """Run the progress listener ``bar`` on the client's loop while the block waits for ``future``."""
+    listener = asyncio.run_coroutine_threadsafe(bar.listen(), future.client.loop.asyncio_loop)
+    try:
+        yield
+        with contextlib.suppress(Exception):
+            listener.result(timeout=2.0)  # its last report (the pass finished) and _draw_stop
+    finally:
+        listener.cancel()
+
+
+def _bar_progress(future: Any) -> Any:
+    """Dask's bar of the pass, for a pass that lasts (its listener holds a short pass to its 100 ms ticks)."""
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    done, result = _result(future, BAR_AFTER_SECONDS)
+    if done:
+        return result
+    bar = TextProgressBar([future], scheduler=future.client.scheduler.address, loop=future.client.loop,
+                          start=False)
+    with _listening(bar, future):
+        return _result(future)
+
+
+def pass_name(obj: Any) -> str:
+    """The readable name of a pass: its result key's prefix (``dpgm-estep``) without the reduction's parts,
+    or the first ``dpgm-`` task prefix of its graph when the result is a generic step (``list``, ``sum``)."""
+    try:
+        keys = obj.__dask_keys__()
+        while isinstance(keys, list) and keys:
+            keys = keys[0]
+        name = _prefix(keys)
+        if not name.startswith("dpgm-"):
+            graph = obj.__dask_graph__()
+            for names in (getattr(graph, "layers", {}), graph):
+                found = next((_prefix(key) for key in names if _prefix(key).startswith("dpgm-")), None)
+                if found:
+                    return found
+    except Exception:
+        return "pass"
+    return name
+
+
+def _prefix(key: Any) -> str:
+    """A task key's leading words: ``dpgm-convert-discover`` of ``dpgm-convert-discover-<token>``,
+    ``dpgm-estep`` of ``(dpgm-estep-combine-<token>, 1, 0)`` (dask's ``key_split`` would also drop an
+    8-letter word that begins with a-f, such as ``discover``)."""
+    text = str(key[0] if isinstance(key, tuple) else key)
+    words = text.split("-")
+    kept = [words[0].strip("_'()\"")]
+    for word in words[1:]:
+        if not word.isalpha() or (len(word) == 8 and all(c in "abcdef" for c in word)):
+            break
+        kept.append(word)
+    while len(kept) > 1 and kept[-1] in _PARTS:
+        kept.pop()
+    return "-".join(kept)
+
+
+def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
+    """One pass told to a fit's progress: started, running (every TICK_SECONDS), finished or failed (an
+    interrupted pass is not told: the command's one line says it)."""
+    name = pass_name(obj)
+    began = time.monotonic()
+    watcher.pass_started(name)
+    status = "failed"
+    try:
+        if client is None:
+            result = dask.compute(obj)[0]
+        else:
+            future = client.compute(obj, retries=PASS_RETRIES)
+            with _stopped_on_failure(future, obj):
+                done, result = _result(future, TICK_SECONDS)
+                while not done:
+                    watcher.pass_running(name, time.monotonic() - began)
+                    done, result = _result(future, TICK_SECONDS)
+        status = "finished"
+        return result
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if status != "interrupted":
+            watcher.pass_finished(name, time.monotonic() - began, status)
+
+
+def _line_progress(future: Any, name: str = "pass") -> Any:
+    """Log ``pass <name>: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks),
+    then ``pass <name> finished 3.2 s``; the pass's result.
+
+    A pass that ends within LINE_SECONDS only waits for its result: the task counts come from a
+    progress listener on the scheduler, which reports every 500 ms, so starting one for every
+    pass would make no pass shorter than that (an EM iteration on a small store included).
+    """
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    log = logging.getLogger("dpgm")
+    began = time.monotonic()
+    try:
+        done, result = _result(future, LINE_SECONDS)
+        if not done:
+
+            class _Lines(TextProgressBar):
+                last = 0.0
+
+                def _draw_bar(self, remaining, all, **kwargs):
+                    now = time.monotonic()
+                    if now - self.last >= LINE_SECONDS and all:
+                        self.last = now
+                        done = all - remaining
+                        log.info("pass %s: %d/%d tasks done (%d%%), %.1f s", name, done, all,
+                                 100 * done // all, now - began)
+
+                def _draw_stop(self, remaining=0, status="finished", **kwargs):
+                    pass
+
+            bar = _Lines([future], scheduler=future.client.scheduler.address, interval="500ms",
+                         loop=future.client.loop, start=False)
+            with _listening(bar, future):
+                result = _result(future)
+    except Exception:
+        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+        raise
+    log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+    return result
