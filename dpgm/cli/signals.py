@@ -54,10 +54,20 @@ _SIGNAL = _Signal()
 
 def handle_signals() -> None:
     """Install :func:`terminate` for SIGTERM, and for SIGINT unless it is ignored (a background job of a
-    non-interactive shell ignores it, and so does dpgm)."""
+    non-interactive shell ignores it, and so does dpgm); Python's report of an interrupt it had to drop
+    (where it cannot raise one) stays off stderr."""
     signal.signal(signal.SIGTERM, terminate)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, terminate)
+    sys.unraisablehook = _unraisable
+
+
+def _unraisable(unraisable: Any) -> None:
+    """Python's report of an exception it cannot raise (in a garbage-collection callback, a ``__del__``): not
+    for the handler's interrupt, which is recorded and raised again at the next wait for a pass."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _SIGNAL.signum is not None:
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def terminate(signum: int, frame: Any) -> None:
