@@ -3,17 +3,39 @@
 from __future__ import annotations
 
 import logging
-import signal
-import sys
 
 import click
 
-from dpgm.cli.failures import terminate
+from dpgm.cli.signals import (
+    Terminated,
+    finish,
+    handle_signals,
+    ignore_signals,
+    interrupted,
+    received,
+)
 
 logger = logging.getLogger("dpgm")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupt(BaseException):
+    """A ``KeyboardInterrupt`` raised outside a command's error handling, carried past click (which would
+    print an empty line and raise ``Abort``) to :func:`main`."""
+
+    def __init__(self, error: KeyboardInterrupt):
+        super().__init__(error)
+        self.error = error
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as error:
+            raise _Interrupt(error) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dpgm")
 @click.option("-v", "--verbose", count=True,
               help="More log lines (each restart's iterations, every pass); tracebacks of internal errors.")
@@ -46,16 +68,33 @@ def main() -> None:
     """Entry point of the ``dpgm`` command."""
     import warnings
 
-    signal.signal(signal.SIGTERM, terminate)
+    handle_signals()
     warnings.showwarning = _show_warning
+    finish(_run())
+
+
+def _run() -> int:
+    """Run the command; its exit code, its failure (an interrupt included) said in one line."""
     try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort as error:
-        signum = getattr(error.__context__, "signum", signal.SIGINT)
-        click.echo(f"interrupted by {signal.Signals(signum).name}", err=True)
-        sys.exit(128 + int(signum))
+        try:
+            cli.main(standalone_mode=False)
+        finally:
+            ignore_signals()  # from here on a signal is ignored: what is left is saying how the command ended
+    except _Interrupt as stop:
+        return _say(interrupted(stop.error))
+    except (KeyboardInterrupt, click.exceptions.Abort) as error:  # while click read the command line
+        return _say(interrupted(error if isinstance(error, KeyboardInterrupt) else Terminated(received() or 2)))
     except click.ClickException as error:
-        error.show()
-        sys.exit(error.exit_code)
+        return _say(error)
     except click.exceptions.Exit as error:
-        sys.exit(error.exit_code)
+        return error.exit_code
+    except SystemExit as error:
+        return error.code if isinstance(error.code, int) else 0 if error.code is None else 1
+    if received() is not None:  # the signal's exception was lost after the command's error handling
+        return _say(interrupted(Terminated(received())))
+    return 0
+
+
+def _say(error: click.ClickException) -> int:
+    error.show()
+    return error.exit_code

@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
+
+from dpgm.cli.signals import Run, Terminated, interrupted, received
 
 EX_NOT_CONVERGED = 3
 EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE, EX_CONFIG = 65, 66, 69, 70, 78
@@ -46,12 +47,15 @@ def errors(checkpoint: str | None = None) -> Iterator[None]:
     from dpgm.errors import ConfigError, DataError
     from dpgm.inference.triangulation import TreeTooLarge
 
+    Run.begin(checkpoint)
     try:
         yield
+        if (signum := received()) is not None:  # the handler's exception was lost (swallowed where it landed)
+            raise Terminated(signum)
     except click.ClickException:
         raise
     except KeyboardInterrupt as error:
-        raise _interrupted(error, checkpoint) from None
+        raise interrupted(error) from None
     except (ConfigError, CheckpointMismatch, TreeTooLarge) as error:
         raise Failure(str(error), EX_CONFIG) from None
     except DataError as error:
@@ -133,16 +137,6 @@ def _last_iteration(checkpoint: str) -> str:
     return "no iteration yet"
 
 
-def _interrupted(error: KeyboardInterrupt, checkpoint: str | None) -> Failure:
-    """SIGINT / SIGTERM: 75 with a checkpoint to resume, else 130 / 143 (128 + the signal)."""
-    signum = getattr(error, "signum", signal.SIGINT)
-    name = signal.Signals(signum).name
-    if checkpoint and (Path(checkpoint) / "LATEST").exists():
-        return Failure(f"interrupted by {name}; the checkpoint {checkpoint!r} holds "
-                       f"{_last_iteration(checkpoint)}: rerun with --resume", EX_TEMPFAIL)
-    return Failure(f"interrupted by {name}; no output was written", 128 + int(signum))
-
-
 def _other_failure(error: BaseException, checkpoint: str | None) -> tuple[str, int]:
     """65 for a chunk the codecs cannot decode or a ValueError/TypeError dpgm raised on purpose about its
     input; 69 for a lost scheduler; anything else is a bug: 70, the traceback under -v."""
@@ -171,15 +165,3 @@ def _other_failure(error: BaseException, checkpoint: str | None) -> tuple[str, i
         traceback.print_exception(error)
         return f"internal error: {type(error).__name__}: {text}", EX_SOFTWARE
     return f"internal error: {type(error).__name__}: {text} (rerun with -v for the traceback)", EX_SOFTWARE
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a batch system's time limit, ``kill``): unwinds like Ctrl-C, so outputs are cleaned up."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def terminate(signum, frame) -> None:
-    signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once
-    raise Terminated(signum)

@@ -8,14 +8,24 @@ The math never fetches a client: callers pass ``client=`` (or run inside a
 scheduler that does not answer, or no worker joining within ``timeout`` seconds
 raises :class:`SchedulerUnreachable` (the CLI exits 69), and so does losing the
 scheduler in the middle of a pass.
+
+Interrupted (SIGTERM/SIGINT, see :mod:`dpgm.cluster.processes`), nothing outlives the command: the
+driver waits for a pass in slices of at most :data:`WAIT_SECONDS`, so an interrupt a signal handler
+recorded is raised within that time even where Python swallowed it; a pass that ends by an exception
+(a task's error, an interrupt) is stopped before the exception goes on: its futures are cancelled and
+the driver waits (up to :data:`STOP_SECONDS`) until none of its tasks runs on a worker, so that the
+caller's clean-up (removing a half-written store) does not race with writes still under way (an
+interrupted pass on the embedded cluster stops its workers instead, at once); and the embedded
+cluster stops within seconds, its workers killed if they do not close.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,31 +33,33 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
+from dpgm.cluster.processes import (
+    GRACE_SECONDS,
+    INTERRUPTED_GRACE_SECONDS,
+    EmbeddedCluster,
+    interrupt,
+    interrupt_pending,
+    raise_interrupt,
+    shielded,
+)
+from dpgm.cluster.remote import (
+    CLUSTERS,
+    JOBQUEUE_CLUSTERS,
+    WORKER_ENV,
+    NoWorkers,
+    SchedulerUnreachable,
+    _check_connection,
+    job_script,
+    jobqueue_client,
+    remote_client,
+)
+
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["compute", "connect", "current_client", "job_script", "NoWorkers", "SchedulerUnreachable", "UnguardedScript"]
-
-# Workers return chunk buffers to the OS by default and allocate them again for the
-# next chunk; keeping them mapped measured 1.3-1.6x faster end to end.
-WORKER_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": "268435456",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
-
-# dask-jobqueue launchers by the name ``connect(cluster=...)`` / ``dpgm --cluster`` takes.
-JOBQUEUE_CLUSTERS = {"slurm": "SLURMCluster", "pbs": "PBSCluster"}
-CLUSTERS = ("local", *JOBQUEUE_CLUSTERS)
-
-
-class SchedulerUnreachable(ConnectionError):
-    """No Dask scheduler answered at the given address, or the connection to it was lost."""
-
-
-class NoWorkers(SchedulerUnreachable):
-    """The scheduler answered, but no worker joined it in time."""
+__all__ = ["CLUSTERS", "JOBQUEUE_CLUSTERS", "PASS_RETRIES", "WORKER_ENV", "NoWorkers", "SchedulerUnreachable",
+           "UnguardedScript", "compute", "connect", "current_client", "embedded_cluster", "interrupt", "job_script",
+           "pass_name"]
 
 
 def current_client() -> Client | None:
@@ -146,31 +158,53 @@ def connect(
         yield client
         return
     if cluster not in (None, "local"):
-        with _jobqueue_client(cluster, jobs or 1, cluster_options or {}, timeout) as queued:
+        with jobqueue_client(cluster, jobs or 1, cluster_options or {}, timeout) as queued:
             yield queued
         return
     scheduler = scheduler or dask.config.get("scheduler-address", None) or None
     if scheduler or scheduler_file:
-        with _remote_client(scheduler, scheduler_file, timeout) as remote:
+        with remote_client(scheduler, scheduler_file, timeout) as remote:
             yield remote
         return
-    from distributed import Client, LocalCluster
+    import distributed  # noqa: F401  (its configuration is loaded on import: before it is changed below)
 
-    workers = n_workers or os.cpu_count() or 1
-    with dask.config.set({"distributed.worker.daemon": False}), _workers_started():
-        local_cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=dashboard_address,
-            env=WORKER_ENV,
-            scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
-            # a failing task reaches the driver as the one error it raises (a pass retries it first):
-            # the workers' own "Compute Failed" logs would only repeat it, traceback and all
-            silence_logs=logging.CRITICAL,
-        )
-    with local_cluster, Client(local_cluster) as local:
-        yield local
+    embedded = EmbeddedCluster()
+    try:
+        with dask.config.set({"distributed.worker.daemon": False}), _workers_started():
+            local = embedded.start(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=dashboard_address,
+                env=WORKER_ENV,
+                scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
+                # a failing task reaches the driver as the one error it raises (a pass retries it first):
+                # the workers' own "Compute Failed" logs would only repeat it, traceback and all
+                silence_logs=logging.CRITICAL,
+            )
+        _EMBEDDED[id(local)] = embedded
+        with local.as_current():
+            yield local
+    finally:
+        _EMBEDDED.pop(id(embedded.client), None)
+        with shielded():  # its processes go within seconds, whatever ended the block (a signal included)
+            embedded.stop(grace=INTERRUPTED_GRACE_SECONDS if _interrupted() else GRACE_SECONDS)
+    raise_interrupt()  # one that arrived while the cluster stopped
+
+
+_EMBEDDED: dict[int, EmbeddedCluster] = {}
+
+
+def embedded_cluster(client: Client) -> EmbeddedCluster | None:
+    """The embedded cluster :func:`connect` started for ``client``, if it did."""
+    return _EMBEDDED.get(id(client))
+
+
+def _interrupted() -> bool:
+    """Whether a signal's interrupt ends the ``with connect()`` block (raised, or recorded by the handler)."""
+    import sys
+
+    return interrupt_pending() is not None or isinstance(sys.exc_info()[1], KeyboardInterrupt)
 
 
 class UnguardedScript(RuntimeError):
@@ -229,121 +263,6 @@ def _workers_started() -> Iterator[None]:
         raise
 
 
-def _check_connection(cluster: str | None, jobs: int | None, timeout: float) -> None:
-    if cluster is not None and cluster not in CLUSTERS:
-        raise ValueError(f"unknown cluster {cluster!r}; known: {list(CLUSTERS)}")
-    if jobs is not None and (cluster in (None, "local") or jobs < 1):
-        raise ValueError(f"jobs={jobs!r} needs cluster= one of {list(JOBQUEUE_CLUSTERS)} and jobs >= 1")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-
-
-def _read_scheduler_file(path: str | os.PathLike[str], deadline: float, timeout: float) -> str:
-    """The scheduler address in ``path``, waiting until the file exists and parses."""
-    while True:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            return str(json.loads(Path(path).read_text())["address"])
-        if time.monotonic() > deadline:
-            reason = "is not a scheduler file" if Path(path).exists() else "does not exist"
-            raise SchedulerUnreachable(
-                f"scheduler file {os.fspath(path)!r} {reason} after {timeout:g} s: did the scheduler start? "
-                "(wait longer with --connect-timeout)"
-            )
-        time.sleep(0.1)
-
-
-@contextlib.contextmanager
-def _remote_client(scheduler: str | None, scheduler_file: str | os.PathLike[str] | None,
-                   timeout: float) -> Iterator[Client]:
-    from distributed import Client
-
-    deadline = time.monotonic() + timeout
-    if not scheduler:
-        assert scheduler_file is not None
-        scheduler = _read_scheduler_file(scheduler_file, deadline, timeout)
-    where = scheduler if scheduler_file is None else f"{scheduler} (from {os.fspath(scheduler_file)!r})"
-    try:
-        remote = Client(scheduler, timeout=max(deadline - time.monotonic(), 1.0))
-    except (OSError, TimeoutError) as error:
-        raise SchedulerUnreachable(f"no Dask scheduler answered at {where} within {timeout:g} s: {error}") from error
-    with remote:
-        _wait_for_a_worker(remote, deadline, timeout, f"the scheduler at {where}")
-        with _lost_scheduler(remote, where):
-            yield remote
-
-
-@contextlib.contextmanager
-def _jobqueue_client(cluster: str, jobs: int, options: Mapping[str, Any], timeout: float) -> Iterator[Client]:
-    from distributed import Client
-
-    launcher = _jobqueue_cluster(cluster, options)
-    with launcher:
-        launcher.scale(jobs=jobs)
-        with Client(launcher) as queued:
-            _wait_for_a_worker(queued, time.monotonic() + timeout, timeout,
-                               f"the {jobs} {cluster} job(s) submitted by dask-jobqueue (still queued?)")
-            with _lost_scheduler(queued, queued.scheduler.address):
-                yield queued
-
-
-def _jobqueue_cluster(cluster: str, options: Mapping[str, Any]) -> Any:
-    try:
-        import dask_jobqueue
-    except ImportError as error:
-        raise ImportError(f"cluster={cluster!r} needs dask-jobqueue: pip install 'dpgm[hpc]'") from error
-    name = JOBQUEUE_CLUSTERS[cluster]
-    configured = dask.config.get(f"jobqueue.{cluster}", {})
-    kwargs: dict[str, Any] = {}
-    for key, default in (("cores", 1), ("processes", 1), ("memory", "4GiB")):
-        if configured.get(key) is None:
-            kwargs[key] = default
-    kwargs |= dict(options)
-    if "scheduler_options" not in kwargs and not configured.get("scheduler-options"):
-        # the scheduler runs in this process: its dashboard on a free port, with the /dpgm page
-        kwargs["scheduler_options"] = {"dashboard_address": ":0", "preload": ["dpgm.dashboard"]}
-    prologue = kwargs.get("job_script_prologue", configured.get("job-script-prologue")) or []
-    kwargs["job_script_prologue"] = [*prologue, *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
-    return getattr(dask_jobqueue, name)(**kwargs)
-
-
-def job_script(cluster: str = "slurm", **cluster_options: Any) -> str:
-    """The batch script ``connect(cluster=..., cluster_options=...)`` would submit for each job.
-
-    Examples
-    --------
-    >>> print(job_script("slurm", queue="short", walltime="01:00:00"))  # doctest: +SKIP
-    """
-    _check_connection(cluster, None, 1.0)
-    if cluster == "local":
-        raise ValueError("a local cluster submits no job script")
-    with _jobqueue_cluster(cluster, cluster_options) as launcher:
-        return launcher.job_script()
-
-
-def _wait_for_a_worker(client: Client, deadline: float, timeout: float, where: str) -> None:
-    try:
-        client.wait_for_workers(1, timeout=max(deadline - time.monotonic(), 0.1))
-    except (OSError, TimeoutError) as error:
-        raise NoWorkers(f"no Dask worker joined {where} within {timeout:g} s "
-                        "(wait longer with --connect-timeout)") from error
-
-
-@contextlib.contextmanager
-def _lost_scheduler(client: Client, where: str) -> Iterator[None]:
-    """Turn the errors of a pass cut off by a lost scheduler into :class:`SchedulerUnreachable`."""
-    from concurrent.futures import CancelledError
-
-    from distributed.comm import CommClosedError
-
-    try:
-        yield
-    except (CancelledError, CommClosedError, OSError) as error:
-        if client.status == "running" and not isinstance(error, CommClosedError):
-            raise
-        raise SchedulerUnreachable(f"lost the connection to the Dask scheduler at {where}: "
-                                   f"{type(error).__name__}: {error}") from error
-
-
 def quiet_client_logs() -> None:
     """Keep the Dask client's own error logs (tracebacks while it tries to reconnect to a lost
     scheduler) off stderr: the caller reports the failure once."""
@@ -371,6 +290,15 @@ def iteration_span(name: str, iteration: int) -> Iterator[None]:
 
 
 PASS_RETRIES = 2
+LINE_SECONDS = 10.0
+BAR_AFTER_SECONDS = 1.0
+TICK_SECONDS = 1.0
+WAIT_SECONDS = 0.25
+# how long a failed pass's running tasks are waited for: after a task's error, and after an interrupt
+# (then on a cluster dpgm did not start: the embedded one stops its workers instead)
+STOP_SECONDS = 10.0
+INTERRUPTED_STOP_SECONDS = 2.0
+_PARTS = ("map", "combine", "total", "shared")
 
 
 def compute(obj: Any, *, client: Client | None = None, progress: Any = False) -> Any:
@@ -387,6 +315,9 @@ def compute(obj: Any, *, client: Client | None = None, progress: Any = False) ->
     every ``LINE_SECONDS`` and ``pass dpgm-counts finished 3.2 s`` at the end (batch
     logs); None is True where :func:`dpgm.progress.interactive`, else False; False
     nothing.
+
+    A pass that fails or is interrupted is stopped before its exception is raised: none
+    of its tasks runs on after (see the module's description).
     """
     if not dask.is_dask_collection(obj):
         return obj
@@ -407,22 +338,115 @@ def compute(obj: Any, *, client: Client | None = None, progress: Any = False) ->
     # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
     future = client.compute(obj, retries=PASS_RETRIES)
-    if progress == "lines":
-        return _line_progress(future, pass_name(obj))
-    if progress:
-        from distributed.diagnostics.progressbar import TextProgressBar
+    with _stopped_on_failure(future, obj):
+        if progress == "lines":
+            return _line_progress(future, pass_name(obj))
+        if progress:
+            return _bar_progress(future)
+        return _result(future)
 
-        try:  # a bar only for a pass that lasts: its listener would hold a short pass to its 100 ms ticks
-            future.result(timeout=BAR_AFTER_SECONDS)
+
+def _result(future: Any, seconds: float | None = None) -> Any:
+    """The pass's result, waited for in slices (a recorded interrupt is raised between two); with
+    ``seconds``, ``(False, None)`` when it still runs after that long, else ``(True, result)``."""
+    end = None if seconds is None else time.monotonic() + seconds
+    while True:
+        raise_interrupt()
+        slice_ = WAIT_SECONDS if end is None else min(WAIT_SECONDS, max(end - time.monotonic(), 0.0))
+        try:
+            result = future.result(timeout=slice_)
         except TimeoutError:
-            TextProgressBar([future], scheduler=future.client.scheduler.address)
-    return future.result()
+            if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
+                result = future.result()
+            elif end is not None and time.monotonic() >= end:
+                return False, None
+            else:
+                continue
+        return result if end is None else (True, result)
 
 
-LINE_SECONDS = 10.0
-BAR_AFTER_SECONDS = 1.0
-TICK_SECONDS = 1.0
-_PARTS = ("map", "combine", "total", "shared")
+@contextlib.contextmanager
+def _stopped_on_failure(future: Any, obj: Any):
+    """Stop the pass of ``future`` when the block ends by an exception, then let the exception go on."""
+    try:
+        yield
+    except BaseException as error:
+        _stop(future, obj, interrupted=isinstance(error, KeyboardInterrupt))
+        raise
+
+
+def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
+    """Cancel the pass and wait until none of its tasks runs on a worker; interrupted on the embedded
+    cluster, stop its workers instead (at once: the command ends)."""
+    client = future.client
+    embedded = embedded_cluster(client)
+    if interrupted and embedded is not None:
+        embedded.stop(grace=INTERRUPTED_GRACE_SECONDS)
+        return
+    end = time.monotonic() + (INTERRUPTED_STOP_SECONDS if interrupted else STOP_SECONDS)
+    _within(1.0, client.cancel, [future], force=True)
+    names = _key_names(obj)
+    while time.monotonic() < end:
+        counts: dict = {}
+        _within(max(min(end - time.monotonic(), 1.0), 0.1), _count_running, client, names, counts)
+        if not any(counts.values()):  # none still runs (or no worker answered)
+            return
+        time.sleep(0.05)
+
+
+def _count_running(client: Any, names: set[str] | None, counts: dict) -> None:
+    counts.update(client.run(_running_tasks, names=names, on_error="ignore"))
+
+
+def _key_names(obj: Any) -> set[str] | None:
+    """The names of the pass's task keys (``dpgm-generate-<token>`` of ``("dpgm-generate-<token>", 3)``);
+    None (every task) for a graph of too many names to send to the workers."""
+    with contextlib.suppress(Exception):
+        names = {str(k[0] if isinstance(k, tuple) else k) for k in obj.__dask_graph__().keys()}
+        return names if len(names) <= 1000 else None
+    return None
+
+
+def _running_tasks(dask_worker: Any, names: set[str] | None) -> int:
+    """On a worker: how many tasks of ``names`` (any task: None) are still running, cancelled ones too."""
+    keys = [ts.key for ts in list(dask_worker.state.executing) + list(dask_worker.state.long_running)]
+    return sum(1 for key in keys if names is None or str(key[0] if isinstance(key, tuple) else key) in names)
+
+
+def _within(seconds: float, function: Any, *args: Any, **kwargs: Any) -> None:
+    """Call ``function`` in a thread; stop waiting for it after ``seconds`` (its errors are ignored)."""
+    def call() -> None:
+        with contextlib.suppress(Exception):
+            function(*args, **kwargs)
+
+    thread = threading.Thread(target=call, name="dpgm-stop-pass", daemon=True)
+    thread.start()
+    thread.join(seconds)
+
+
+@contextlib.contextmanager
+def _listening(bar: Any, future: Any):
+    """Run the progress listener ``bar`` on the client's loop while the block waits for ``future``."""
+    listener = asyncio.run_coroutine_threadsafe(bar.listen(), future.client.loop.asyncio_loop)
+    try:
+        yield
+        with contextlib.suppress(Exception):
+            listener.result(timeout=2.0)  # its last report (the pass finished) and _draw_stop
+    finally:
+        listener.cancel()
+
+
+def _bar_progress(future: Any) -> Any:
+    """Dask's bar of the pass, for a pass that lasts (its listener holds a short pass to its 100 ms ticks)."""
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    done, result = _result(future, BAR_AFTER_SECONDS)
+    if done:
+        return result
+    bar = TextProgressBar([future], scheduler=future.client.scheduler.address, loop=future.client.loop,
+                          start=False)
+    with _listening(bar, future):
+        return _result(future)
 
 
 def pass_name(obj: Any) -> str:
@@ -461,7 +485,8 @@ def _prefix(key: Any) -> str:
 
 
 def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
-    """One pass told to a fit's progress: started, running (every TICK_SECONDS), finished or failed."""
+    """One pass told to a fit's progress: started, running (every TICK_SECONDS), finished or failed (an
+    interrupted pass is not told: the command's one line says it)."""
     name = pass_name(obj)
     began = time.monotonic()
     watcher.pass_started(name)
@@ -471,25 +496,19 @@ def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
             result = dask.compute(obj)[0]
         else:
             future = client.compute(obj, retries=PASS_RETRIES)
-            done, result = _result_within(future, TICK_SECONDS)
-            while not done:
-                watcher.pass_running(name, time.monotonic() - began)
-                done, result = _result_within(future, TICK_SECONDS)
+            with _stopped_on_failure(future, obj):
+                done, result = _result(future, TICK_SECONDS)
+                while not done:
+                    watcher.pass_running(name, time.monotonic() - began)
+                    done, result = _result(future, TICK_SECONDS)
         status = "finished"
         return result
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
     finally:
-        watcher.pass_finished(name, time.monotonic() - began, status)
-
-
-def _result_within(future: Any, seconds: float) -> tuple[bool, Any]:
-    """``(True, result)`` if ``future`` finishes within ``seconds``, ``(False, None)`` if it still runs;
-    raises its error if it failed."""
-    try:
-        return True, future.result(timeout=seconds)
-    except TimeoutError:
-        if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
-            return True, future.result()
-        return False, None
+        if status != "interrupted":
+            watcher.pass_finished(name, time.monotonic() - began, status)
 
 
 def _line_progress(future: Any, name: str = "pass") -> Any:
@@ -505,28 +524,29 @@ def _line_progress(future: Any, name: str = "pass") -> Any:
     log = logging.getLogger("dpgm")
     began = time.monotonic()
     try:
-        done, result = _result_within(future, LINE_SECONDS)
+        done, result = _result(future, LINE_SECONDS)
+        if not done:
+
+            class _Lines(TextProgressBar):
+                last = 0.0
+
+                def _draw_bar(self, remaining, all, **kwargs):
+                    now = time.monotonic()
+                    if now - self.last >= LINE_SECONDS and all:
+                        self.last = now
+                        done = all - remaining
+                        log.info("pass %s: %d/%d tasks done (%d%%), %.1f s", name, done, all,
+                                 100 * done // all, now - began)
+
+                def _draw_stop(self, remaining=0, status="finished", **kwargs):
+                    pass
+
+            bar = _Lines([future], scheduler=future.client.scheduler.address, interval="500ms",
+                         loop=future.client.loop, start=False)
+            with _listening(bar, future):
+                result = _result(future)
     except Exception:
         log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
         raise
-    if not done:
-
-        class _Lines(TextProgressBar):
-            last = 0.0
-
-            def _draw_bar(self, remaining, all, **kwargs):
-                now = time.monotonic()
-                if now - self.last >= LINE_SECONDS and all:
-                    self.last = now
-                    done = all - remaining
-                    log.info("pass %s: %d/%d tasks done (%d%%), %.1f s", name, done, all, 100 * done // all,
-                             now - began)
-
-            def _draw_stop(self, remaining=0, status="finished", **kwargs):
-                pass
-
-        _Lines([future], scheduler=future.client.scheduler.address, interval="500ms")
-        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
-        return future.result()
     log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
     return result
