@@ -152,9 +152,8 @@ def plan(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = 
     blocks: list[list] = []
     for name in sorted(chunks):
         record = chunks[name]
-        document = files.document(name)
-        changes = (["its zarr.json is missing or not JSON"] if document is None
-                   else schema_changes(schema[name], document))
+        raw = files.read(name, "zarr.json")
+        changes = ["its zarr.json is missing"] if raw is None else schema_changes(schema[name], raw)
         report.variables[name] = {"chunks": record.n_chunks, "checked": 0, "missing": [], "damaged": [],
                                   "metadata": changes}
         for coords in record.all_chunks():
