@@ -129,6 +129,8 @@ def test_a_deleted_chunk_is_found_on_every_read_path(tmp_path, client):
         "values": lambda: dpgm.open_dataset(store).b.values,
         "to_pandas": lambda: dpgm.to_pandas(dpgm.open_dataset(store)),
         "cluster": lambda: dpgm.counts(dpgm.open_dataset(store), [("a", "b")], client=client),
+        "sliced on the cluster": lambda: dpgm.counts(dpgm.open_dataset(store).isel(row=slice(0, 1500)),
+                                                     [("a", "b")], client=client),
     }
     for name, read in reads.items():
         with pytest.raises(DataError, match="missing") as info:
