@@ -292,6 +292,17 @@ def test_an_edited_manifest_or_schema_record_is_refused(tmp_path):
         dpgm.open_dataset(store)
 
 
+def test_a_dataset_opened_by_dpgm_and_written_by_xarray_reads_as_unverifiable(tmp_path):
+    """The records describe their store's files: an opened dataset does not carry them to another store."""
+    store = mixed_store(tmp_path / "d.zarr")
+    ds = dpgm.open_dataset(store)
+    assert "dpgm_manifest" not in ds.attrs and "dpgm_schema" not in ds.attrs
+    ds.to_zarr(tmp_path / "copy.zarr", zarr_format=3, consolidated=False)
+    copy = dpgm.open_dataset(tmp_path / "copy.zarr")
+    np.testing.assert_array_equal(copy.a.values, ds.a.values)
+    assert not dpgm.verify(tmp_path / "copy.zarr").verifiable
+
+
 def test_stores_without_a_manifest_read_as_before_and_info_says_unverifiable(tmp_path):
     frame = mixed_frame()
     ds = dpgm.from_pandas(frame)

@@ -117,13 +117,19 @@ class ChunkFiles:
             except (FileNotFoundError, NotADirectoryError):
                 return None
         fs, path = self._remote(array, key)
-        try:
-            if tail is not None:
-                size = fs.size(path)
-                return fs.cat_file(path, start=max(size - tail, 0))
-            return fs.cat_file(path)
+        try:  # a negative start is one suffix-range request on object stores
+            return fs.cat_file(path, start=-tail) if tail is not None else fs.cat_file(path)
         except FileNotFoundError:
             return None
+
+    def read_many(self, array: str, keys: list[str], tail: int | None = None) -> list[bytes | None]:
+        """:meth:`read` of several files; concurrent requests on an object store."""
+        if self.local is not None or len(keys) < 2:
+            return [self.read(array, key, tail) for key in keys]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
+            return list(pool.map(lambda key: self.read(array, key, tail), keys))
 
     def document(self, array: str) -> dict | None:
         """An array's (or with ``""`` the group's) ``zarr.json``; None if absent or not JSON."""
@@ -297,10 +303,11 @@ def _chunk_entry(files: ChunkFiles, array: str, document: Mapping[str, Any],
     record = _skeleton(array, document)
     crcs = np.zeros(record.n_chunks, dtype="<u4")
     empty = []
-    for flat, coords in enumerate(record.all_chunks()):
-        key = record.key(coords)
-        value = known[key] if key in known else chunk_digest(
-            files.read(array, key, 4 if record.stored else None), record.stored)
+    keys = [record.key(coords) for coords in record.all_chunks()]
+    unknown = [key for key in keys if key not in known]
+    read = dict(zip(unknown, files.read_many(array, unknown, 4 if record.stored else None), strict=True))
+    for flat, key in enumerate(keys):
+        value = known[key] if key in known else chunk_digest(read[key], record.stored)
         if value is None:
             empty.append(flat)
         else:
