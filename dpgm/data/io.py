@@ -24,6 +24,8 @@ from dpgm.data.kinds import (
     series_column,
 )
 from dpgm.data.manifest import (
+    MANIFEST,
+    SCHEMA,
     ChunkFiles,
     ChunkRecord,
     added_records,
@@ -121,6 +123,8 @@ def open_dataset(
     if chunks is not None:
         _check_loaded(ds, path, storage_options, chunks)
         store.records = chunks
+    for key in (MANIFEST, SCHEMA):  # they describe this store's files: never copied to another store's
+        ds.attrs.pop(key, None)
     ds.encoding["dpgm_store"] = ZarrStore(
         path=path,
         storage_options=storage_options,

@@ -117,13 +117,19 @@ class ChunkFiles:
             except (FileNotFoundError, NotADirectoryError):
                 return None
         fs, path = self._remote(array, key)
-        try:
-            if tail is not None:
-                size = fs.size(path)
-                return fs.cat_file(path, start=max(size - tail, 0))
-            return fs.cat_file(path)
+        try:  # a negative start is one suffix-range request on object stores
+            return fs.cat_file(path, start=-tail) if tail is not None else fs.cat_file(path)
         except FileNotFoundError:
             return None
+
+    def read_many(self, array: str, keys: list[str], tail: int | None = None) -> list[bytes | None]:
+        """:meth:`read` of several files; concurrent requests on an object store."""
+        if self.local is not None or len(keys) < 2:
+            return [self.read(array, key, tail) for key in keys]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
+            return list(pool.map(lambda key: self.read(array, key, tail), keys))
 
     def document(self, array: str) -> dict | None:
         """An array's (or with ``""`` the group's) ``zarr.json``; None if absent or not JSON."""
@@ -297,10 +303,11 @@ def _chunk_entry(files: ChunkFiles, array: str, document: Mapping[str, Any],
     record = _skeleton(array, document)
     crcs = np.zeros(record.n_chunks, dtype="<u4")
     empty = []
-    for flat, coords in enumerate(record.all_chunks()):
-        key = record.key(coords)
-        value = known[key] if key in known else chunk_digest(
-            files.read(array, key, 4 if record.stored else None), record.stored)
+    keys = [record.key(coords) for coords in record.all_chunks()]
+    unknown = [key for key in keys if key not in known]
+    read = dict(zip(unknown, files.read_many(array, unknown, 4 if record.stored else None), strict=True))
+    for flat, key in enumerate(keys):
+        value = known[key] if key in known else chunk_digest(read[key], record.stored)
         if value is None:
             empty.append(flat)
         else:
@@ -311,8 +318,10 @@ def _chunk_entry(files: ChunkFiles, array: str, document: Mapping[str, Any],
             "crc32c": base64.b64encode(crcs.tobytes()).decode(), "empty": empty}
 
 
-def schema_entry(document: Mapping[str, Any]) -> dict[str, Any]:
-    """What the schema record keeps of one array's ``zarr.json``."""
+def schema_entry(raw: bytes) -> dict[str, Any]:
+    """What the schema record keeps of one array's ``zarr.json`` (its bytes): named fields as written,
+    digests of its codecs, state labels and other attributes, and a SHA-256 of the whole file."""
+    document = json.loads(raw)
     attributes = document.get("attributes") or {}
     return {
         "dtype": document.get("data_type"), "shape": document.get("shape"), "chunk_grid": document.get("chunk_grid"),
@@ -320,7 +329,7 @@ def schema_entry(document: Mapping[str, Any]) -> dict[str, Any]:
         "dimension_names": document.get("dimension_names"), "codecs": digest(document.get("codecs")),
         "labels": digest({k: attributes[k] for k in LABELS if k in attributes}),
         "attributes": digest({k: v for k, v in attributes.items() if k not in LABELS}),
-        "metadata": digest(dict(document)),
+        "metadata": hashlib.sha256(raw).hexdigest(),
     }
 
 
@@ -328,14 +337,14 @@ def _sealed(key: str, entries: Mapping[str, Any]) -> dict[str, Any]:
     return {"format": FORMAT, key: dict(entries), "digest": digest(dict(entries))}
 
 
-def _documents(files: ChunkFiles, names: Iterable[str], path: str) -> dict[str, dict]:
+def _documents(files: ChunkFiles, names: Iterable[str], path: str) -> dict[str, bytes]:
+    """The bytes of the arrays' ``zarr.json``."""
     documents = {}
     for name in names:
-        document = files.document(name)
-        if document is None:
-            raise DataError(f"the store {path!r} has no readable metadata {files.name(name, 'zarr.json')!r}",
-                            variable=name)
-        documents[name] = document
+        raw = files.read(name, "zarr.json")
+        if raw is None:
+            raise DataError(f"the store {path!r} has no metadata {files.name(name, 'zarr.json')!r}", variable=name)
+        documents[name] = raw
     return documents
 
 
@@ -347,7 +356,7 @@ def completion_records(path: str, storage_options: dict | None, arrays: Iterable
     files = ChunkFiles(path, storage_options)
     documents = _documents(files, arrays, path)
     digests = digests or {}
-    chunks = {name: _chunk_entry(files, name, d, digests.get(name, {})) for name, d in documents.items()}
+    chunks = {name: _chunk_entry(files, name, json.loads(d), digests.get(name, {})) for name, d in documents.items()}
     return {MANIFEST: _sealed("arrays", chunks),
             SCHEMA: _sealed("variables", {name: schema_entry(d) for name, d in documents.items()})}
 
@@ -392,11 +401,17 @@ def _show(field: str, value: Any) -> str:
     return repr(value)
 
 
-def schema_changes(recorded: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]:
-    """What changed in an array's metadata since its schema record was written (empty: nothing)."""
-    if recorded.get("metadata") == digest(dict(document)):  # the whole document as written: nothing changed
+def schema_changes(recorded: Mapping[str, Any], raw: bytes) -> list[str]:
+    """What changed in an array's ``zarr.json`` (its bytes ``raw``) since its schema record was
+    written (empty: nothing)."""
+    if recorded.get("metadata") == hashlib.sha256(raw).hexdigest():  # the very bytes written: nothing changed
         return []
-    current = schema_entry(document)
+    try:
+        document = json.loads(raw)
+        current = schema_entry(raw)
+    except (ValueError, AttributeError):
+        return ["its zarr.json is no longer a JSON object (edited or damaged after the store was marked "
+                "complete); restore it or rewrite the store"]
     changes = []
     for field, words in FIELDS.items():
         if recorded.get(field) == current[field] or (field == "metadata" and changes):

@@ -83,4 +83,12 @@ def _manifest_store_class() -> type:
             if expected is None and found:
                 raise unexpected_chunk(ChunkFiles(self.path, self.storage_options), record, coords)
 
+    ManifestStore.__module__, ManifestStore.__qualname__ = __name__, "ManifestStore"
     return ManifestStore
+
+
+def __getattr__(name: str) -> Any:
+    """``ManifestStore``, made on first use (Zarr is imported only then), so pickle finds it by name."""
+    if name == "ManifestStore":
+        return _manifest_store_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dpgm.data.integrity import COMPLETE
-from dpgm.data.manifest import ChunkFiles, ChunkRecord, merge_tree, records, schema_changes
+from dpgm.data.manifest import ChunkFiles, merge_tree, records, schema_changes
 from dpgm.errors import DataError
 
 if TYPE_CHECKING:
@@ -110,12 +110,23 @@ class VerifyReport:
 
 
 @dataclass(frozen=True)
+class Chunk:
+    """One chunk to check: where it is and what the manifest records of it (small: shipped to a task)."""
+
+    array: str
+    key: str
+    coords: tuple[int, ...]
+    expected: int | None
+    stored: bool
+
+
+@dataclass(frozen=True)
 class Plan:
     """The driver's part of a verification: the report so far and what each row-block task checks."""
 
     report: VerifyReport
     files: ChunkFiles
-    blocks: list[list[tuple[ChunkRecord, tuple[int, ...], int | None]]]
+    blocks: list[list[Chunk]]
 
 
 def plan(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Plan:
@@ -152,31 +163,29 @@ def plan(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = 
     blocks: list[list] = []
     for name in sorted(chunks):
         record = chunks[name]
-        document = files.document(name)
-        changes = (["its zarr.json is missing or not JSON"] if document is None
-                   else schema_changes(schema[name], document))
+        raw = files.read(name, "zarr.json")
+        changes = ["its zarr.json is missing"] if raw is None else schema_changes(schema[name], raw)
         report.variables[name] = {"chunks": record.n_chunks, "checked": 0, "missing": [], "damaged": [],
                                   "metadata": changes}
         for coords in record.all_chunks():
             block = coords[0] if coords else 0
             while len(blocks) <= block:
                 blocks.append([])
-            blocks[block].append((record, coords, record.expected(coords)))
+            blocks[block].append(Chunk(name, record.key(coords), coords, record.expected(coords), record.stored))
     return Plan(report, files, blocks)
 
 
-def _check_chunk(files: ChunkFiles, record: ChunkRecord, coords: tuple[int, ...],
-                 expected: int | None) -> tuple[str, str | None]:
+def _check_chunk(files: ChunkFiles, chunk: Chunk) -> tuple[str, str | None]:
     """``("ok" | "missing" | "damaged", reason)`` for one chunk file."""
     import google_crc32c
     import numpy as np
 
-    data = files.read(record.array, record.key(coords))
+    data, expected = files.read(chunk.array, chunk.key), chunk.expected
     if data is None:
         return ("ok", None) if expected is None else ("missing", None)
     if expected is None:
         return "damaged", "a file where the writer recorded an empty chunk (fill value only)"
-    if not record.stored:
+    if not chunk.stored:
         if google_crc32c.value(data) != expected:
             return "damaged", "its CRC-32C differs from the one recorded in the chunk manifest"
         return "ok", None
@@ -190,14 +199,14 @@ def _check_chunk(files: ChunkFiles, record: ChunkRecord, coords: tuple[int, ...]
     return "ok", None
 
 
-def _verify_block(files: ChunkFiles, block: list[tuple[ChunkRecord, tuple[int, ...], int | None]]) -> dict:
+def _verify_block(files: ChunkFiles, block: list[Chunk]) -> dict:
     """One row-block's chunks of every array: ``{array: {"checked", "missing", "damaged"}}``."""
     out: dict[str, dict[str, Any]] = {}
-    for record, coords, expected in block:
-        entry = out.setdefault(record.array, {"checked": 0, "missing": [], "damaged": []})
+    for chunk in block:
+        entry = out.setdefault(chunk.array, {"checked": 0, "missing": [], "damaged": []})
         entry["checked"] += 1
-        status, reason = _check_chunk(files, record, coords, expected)
-        where = {"chunk": list(coords), "file": files.name(record.array, record.key(coords))}
+        status, reason = _check_chunk(files, chunk)
+        where = {"chunk": list(chunk.coords), "file": files.name(chunk.array, chunk.key)}
         if status == "missing":
             entry["missing"].append(where)
         elif status == "damaged":
