@@ -373,18 +373,30 @@ def iteration_span(name: str, iteration: int) -> Iterator[None]:
 PASS_RETRIES = 2
 
 
-def compute(obj: Any, *, client: Client | None = None, progress: bool | str = False) -> Any:
+def compute(obj: Any, *, client: Client | None = None, progress: Any = False) -> Any:
     """Run one pass: compute a lazy statistic once (no-op for an eager value).
 
     With ``client`` (or an active default client) the pass runs on that cluster;
     otherwise on Dask's configured scheduler (threads by default;
-    ``dask.config.set(scheduler="sync")`` runs it in this thread). ``progress``:
-    True draws a bar (a terminal), ``"lines"`` logs a plain line on the ``dpgm``
-    logger every ``LINE_SECONDS`` (batch logs), False nothing.
+    ``dask.config.set(scheduler="sync")`` runs it in this thread).
+
+    ``progress``: a :class:`dpgm.progress.FitProgress` (a fit's: told when the pass
+    starts, about every :data:`TICK_SECONDS` while it runs, and when it ends; no bar
+    of its own); True draws Dask's bar of the pass (a terminal); ``"lines"`` logs
+    ``pass dpgm-counts: 37/120 tasks done (31%), 12.3 s`` on the ``dpgm`` logger
+    every ``LINE_SECONDS`` and ``pass dpgm-counts finished 3.2 s`` at the end (batch
+    logs); None is True where :func:`dpgm.progress.interactive`, else False; False
+    nothing.
     """
     if not dask.is_dask_collection(obj):
         return obj
+    if progress is None:
+        from dpgm.progress import interactive
+
+        progress = interactive()
     client = client or current_client()
+    if hasattr(progress, "pass_started"):
+        return _watched(obj, client, progress)
     if client is None:
         if progress:
             from dask.diagnostics import ProgressBar
@@ -396,8 +408,8 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool | str = Fa
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
     future = client.compute(obj, retries=PASS_RETRIES)
     if progress == "lines":
-        _line_progress(future)
-    elif progress:
+        return _line_progress(future, pass_name(obj))
+    if progress:
         from distributed.diagnostics.progressbar import TextProgressBar
 
         try:  # a bar only for a pass that lasts: its listener would hold a short pass to its 100 ms ticks
@@ -409,25 +421,95 @@ def compute(obj: Any, *, client: Client | None = None, progress: bool | str = Fa
 
 LINE_SECONDS = 10.0
 BAR_AFTER_SECONDS = 1.0
+TICK_SECONDS = 1.0
+_PARTS = ("map", "combine", "total", "shared")
 
 
-def _line_progress(future: Any) -> None:
-    """Log ``pass: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks).
+def pass_name(obj: Any) -> str:
+    """The readable name of a pass: its result key's prefix (``dpgm-estep``) without the reduction's parts,
+    or the first ``dpgm-`` task prefix of its graph when the result is a generic step (``list``, ``sum``)."""
+    try:
+        keys = obj.__dask_keys__()
+        while isinstance(keys, list) and keys:
+            keys = keys[0]
+        name = _prefix(keys)
+        if not name.startswith("dpgm-"):
+            graph = obj.__dask_graph__()
+            for names in (getattr(graph, "layers", {}), graph):
+                found = next((_prefix(key) for key in names if _prefix(key).startswith("dpgm-")), None)
+                if found:
+                    return found
+    except Exception:
+        return "pass"
+    return name
+
+
+def _prefix(key: Any) -> str:
+    """A task key's leading words: ``dpgm-convert-discover`` of ``dpgm-convert-discover-<token>``,
+    ``dpgm-estep`` of ``(dpgm-estep-combine-<token>, 1, 0)`` (dask's ``key_split`` would also drop an
+    8-letter word that begins with a-f, such as ``discover``)."""
+    text = str(key[0] if isinstance(key, tuple) else key)
+    words = text.split("-")
+    kept = [words[0].strip("_'()\"")]
+    for word in words[1:]:
+        if not word.isalpha() or (len(word) == 8 and all(c in "abcdef" for c in word)):
+            break
+        kept.append(word)
+    while len(kept) > 1 and kept[-1] in _PARTS:
+        kept.pop()
+    return "-".join(kept)
+
+
+def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
+    """One pass told to a fit's progress: started, running (every TICK_SECONDS), finished or failed."""
+    name = pass_name(obj)
+    began = time.monotonic()
+    watcher.pass_started(name)
+    status = "failed"
+    try:
+        if client is None:
+            result = dask.compute(obj)[0]
+        else:
+            future = client.compute(obj, retries=PASS_RETRIES)
+            done, result = _result_within(future, TICK_SECONDS)
+            while not done:
+                watcher.pass_running(name, time.monotonic() - began)
+                done, result = _result_within(future, TICK_SECONDS)
+        status = "finished"
+        return result
+    finally:
+        watcher.pass_finished(name, time.monotonic() - began, status)
+
+
+def _result_within(future: Any, seconds: float) -> tuple[bool, Any]:
+    """``(True, result)`` if ``future`` finishes within ``seconds``, ``(False, None)`` if it still runs;
+    raises its error if it failed."""
+    try:
+        return True, future.result(timeout=seconds)
+    except TimeoutError:
+        if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
+            return True, future.result()
+        return False, None
+
+
+def _line_progress(future: Any, name: str = "pass") -> Any:
+    """Log ``pass <name>: 37/120 tasks done (31%), 12.3 s`` every LINE_SECONDS until the pass ends (blocks),
+    then ``pass <name> finished 3.2 s``; the pass's result.
 
     A pass that ends within LINE_SECONDS only waits for its result: the task counts come from a
     progress listener on the scheduler, which reports every 500 ms, so starting one for every
     pass would make no pass shorter than that (an EM iteration on a small store included).
     """
-    import logging
-    import time
-
     from distributed.diagnostics.progressbar import TextProgressBar
 
     log = logging.getLogger("dpgm")
     began = time.monotonic()
     try:
-        future.result(timeout=LINE_SECONDS)  # a failed pass raises here, as in compute()
-    except TimeoutError:
+        done, result = _result_within(future, LINE_SECONDS)
+    except Exception:
+        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+        raise
+    if not done:
 
         class _Lines(TextProgressBar):
             last = 0.0
@@ -437,11 +519,14 @@ def _line_progress(future: Any) -> None:
                 if now - self.last >= LINE_SECONDS and all:
                     self.last = now
                     done = all - remaining
-                    log.info("pass: %d/%d tasks done (%d%%), %.1f s", done, all, 100 * done // all,
+                    log.info("pass %s: %d/%d tasks done (%d%%), %.1f s", name, done, all, 100 * done // all,
                              now - began)
 
             def _draw_stop(self, remaining=0, status="finished", **kwargs):
                 pass
 
         _Lines([future], scheduler=future.client.scheduler.address, interval="500ms")
-    log.info("pass %s after %.1f s", future.status, time.monotonic() - began)
+        log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+        return future.result()
+    log.info("pass %s %s %.1f s", name, future.status, time.monotonic() - began)
+    return result

@@ -55,7 +55,8 @@ def test_convert_in_a_batch_job_logs_plain_progress_lines_and_matches_pandas(tmp
     frame.to_csv(tmp_path / "in.csv", index=False)
     result = run("convert", tmp_path / "in.csv", tmp_path / "out.zarr", "--workers", "1")
     assert result.returncode == 0, result.stderr
-    assert len(re.findall(r"dpgm: pass finished after", result.stderr)) == 2, result.stderr  # discovery, encoding
+    passes = re.findall(r"(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d dpgm: pass (\S+) finished [\d.]+ s$", result.stderr)
+    assert passes == ["dpgm-convert-discover", "dpgm-convert-encode"], result.stderr  # timestamped, named
     assert "\r" not in result.stderr  # no terminal progress bar in a log file
     back = dpgm.to_pandas(dpgm.open_dataset(tmp_path / "out.zarr").load()).astype(str)
     pd.testing.assert_frame_equal(back[["colour", "size"]], frame)

@@ -30,6 +30,7 @@ from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.mixture import GaussianMixture
+from dpgm.progress import FitProgress
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -45,7 +46,7 @@ def fit(
     tol: float = 1e-8,
     max_iter: int = 1000,
     client: Client | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     callback: Callable[[dict[str, float]], None] | None = None,
     convert: bool = False,
     **options: Any,
@@ -85,7 +86,15 @@ def fit(
     client
         Dask client for the pass(es) over the data.
     progress
-        Show progress of the passes.
+        Say what the fit is doing on stderr: one line per iteration of the best
+        restart (``iteration 5  loglik -199,472.84  change +373  0.9 s/pass``),
+        restarts summarised, the outcome at the end; under a counter of iterations
+        in a terminal (tqdm's notebook widget in Jupyter), timestamped plain lines
+        elsewhere. None (default): on in an interactive session (stderr a terminal,
+        IPython, Jupyter), off in a script whose stderr is not a terminal. Every
+        line also goes to the ``dpgm`` logger at INFO (each restart's own record at
+        DEBUG), whatever ``progress`` says: ``logging.basicConfig(level=logging.INFO)``
+        shows them in a script. See :mod:`dpgm.progress`.
     callback
         Called with each iteration's history record. On a distributed cluster
         (``client=`` or the default client) every record is also logged as a
@@ -135,18 +144,21 @@ def fit(
         from dpgm.data import from_table
 
         data = from_table(data)  # EM reads rows: a table's cells become weighted rows
-    reporter = _reporter(model, data, method, client, callback)
-    if reporter is None:
-        return _dispatch(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                         callback=callback, **options)
+    watch = FitProgress.start(progress, method=resolved, tol=tol)  # every pass and record told to it
+    told = watch.watch(callback)
+    reporter = _reporter(model, data, method, client, told)
     try:
-        result = _dispatch(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                           callback=reporter, **options)
+        result = _dispatch(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=watch,
+                           callback=told if reporter is None else reporter, **options)
     except BaseException as error:
-        reporter.finish("failed", error=f"{type(error).__name__}: {error}")
+        watch.fail(error)
+        if reporter is not None:
+            reporter.finish("failed", error=f"{type(error).__name__}: {error}")
         raise
-    reporter.finish("converged" if result.converged else "stopped", converged=result.converged,
-                    n_iter=result.n_iter)
+    watch.finish(result)
+    if reporter is not None:
+        reporter.finish("converged" if result.converged else "stopped", converged=result.converged,
+                        n_iter=result.n_iter)
     return result
 
 

@@ -128,6 +128,7 @@ def predict(
     write: bool = False,
     name: str | None = None,
     client: Client | None = None,
+    progress: bool | None = None,
 ) -> xr.DataArray:
     """A fitted GLM child's prediction for every row, given the row's parents.
 
@@ -147,6 +148,9 @@ def predict(
         Name of the result and of the written variable.
     client
         Dask client for the write.
+    progress
+        Show a progress bar of the write. None (default): a bar where stderr is a
+        terminal or in Jupyter, nothing in a script.
 
     Returns
     -------
@@ -181,5 +185,5 @@ def predict(
     if write:
         from dpgm.api.predict import write_back
 
-        write_back(xr.Dataset({result.name: result}), data, client)
+        write_back(xr.Dataset({result.name: result}), data, client, progress)
     return result

@@ -27,6 +27,7 @@ def predict_proba(
     write: bool = False,
     name: str | None = None,
     client: Client | None = None,
+    progress: bool | None = None,
 ) -> xr.DataArray:
     """Posterior probabilities of one variable for every row, given the row's observed values.
 
@@ -51,6 +52,9 @@ def predict_proba(
         Name of the written variable.
     client
         Dask client for the write.
+    progress
+        Show a progress bar of the write. None (default): a bar where stderr is a
+        terminal or in Jupyter, nothing in a script.
 
     Returns
     -------
@@ -80,11 +84,11 @@ def predict_proba(
     if write:
         new = xr.Dataset({result.name: result.drop_vars(variable).rename({variable: f"{variable}_state"})})
         new[result.name].attrs.update({"posterior_of": variable, "labels": labels})
-        write_back(new, data, client)
+        write_back(new, data, client, progress)
     return result
 
 
-def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None) -> None:
+def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None, progress: bool | None = False) -> None:
     """Write lazily computed per-row variables into the store ``data`` was opened from, in one pass."""
     from dpgm.cluster import compute
     from dpgm.data.io import add_variables
@@ -93,7 +97,7 @@ def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None) -> None
     if store is None:
         raise ValueError("write=True needs a dataset opened with dpgm.open_dataset (it writes into that store)")
     compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options, compute=False),
-            client=client)
+            client=client, progress=progress)
 
 
 def _discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:

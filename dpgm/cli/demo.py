@@ -17,7 +17,7 @@ from dpgm.cli.connection import (
 )
 from dpgm.cli.entry import cli
 from dpgm.cli.failures import errors
-from dpgm.cli.options import Count
+from dpgm.cli.options import Count, fit_progress
 from dpgm.cli.outputs import save_plot
 
 
@@ -65,7 +65,8 @@ def demo(rows, network, latent, em_rows, plot_path, scheduler, scheduler_file, w
         ds = sample_bayesian_network(model, int(rows), complete, seed=1, chunk_rows=max(int(rows) // 8, 1),
                                      client=client)
         start = time.perf_counter()
-        result = run_fit(BayesianNetwork.from_edges(model.edges, variables=model.variables), ds, client=client)
+        result = run_fit(BayesianNetwork.from_edges(model.edges, variables=model.variables), ds, client=client,
+                         progress=fit_progress())
         seconds = time.perf_counter() - start
         click.echo(result.summary())
         error = max(float(np.abs(result.model.cpds[v].transpose(*model.cpds[v].dims).values
@@ -91,7 +92,7 @@ def _demo_em(model, path: Path, hidden: list[str], n_rows: int, plot_path: str, 
                "3 random restarts sharing each pass over the data ...")
     start = time.perf_counter()
     result = run_fit(model, ds, method="em", n_init=3, random_state=0, tol=1e-5, max_iter=40, client=client,
-                     callback=_echo_restart_iteration)
+                     progress=fit_progress())
     seconds = time.perf_counter() - start
     click.echo(result.summary().splitlines()[0])
     click.echo(f"  log-likelihood {result.loglik:,.1f} after {result.n_iter} iterations; {seconds:.1f} s, "
@@ -99,9 +100,3 @@ def _demo_em(model, path: Path, hidden: list[str], n_rows: int, plot_path: str, 
                "rows/s for all restarts together)")
     save_plot(result, plot_path)
 
-
-def _echo_restart_iteration(record: dict) -> None:
-    if record["restart"] == 0:
-        change = record["change"]
-        click.echo(f"  iteration {record['iteration']:3d}  loglik {record['loglik']:,.2f}"
-                   + (f"  change {change:+.3g}" if change is not None else ""))

@@ -15,8 +15,9 @@ logger = logging.getLogger("dpgm")
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dpgm")
-@click.option("-v", "--verbose", count=True, help="More log lines (the 'dpgm' logger); tracebacks of internal errors.")
-@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+@click.option("-v", "--verbose", count=True,
+              help="More log lines (each restart's iterations, every pass); tracebacks of internal errors.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress: only warnings and errors on stderr.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """Fit probabilistic graphical models to chunked Zarr datasets on a Dask cluster.
@@ -26,12 +27,13 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """
     ctx.meta["dpgm.verbose"] = verbose
     ctx.meta["dpgm.quiet"] = quiet
-    # INFO by default: batch logs get the passes' periodic progress lines; -q keeps warnings only
-    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
+    # INFO by default: a fit's iteration lines, the passes' lines in batch logs; -v each restart's record
+    # too; -q warnings only
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        logger.addHandler(handler)
+        from dpgm.cli.options import log_handler
+
+        logger.addHandler(log_handler())
         logger.setLevel(level)
 
 

@@ -20,7 +20,7 @@ from dpgm.cli.connection import (
 )
 from dpgm.cli.entry import cli
 from dpgm.cli.failures import EX_CANTCREAT, EX_NOT_CONVERGED, Failure, errors
-from dpgm.cli.options import progress
+from dpgm.cli.options import fit_progress, progress
 from dpgm.cli.outputs import check_output, check_plot, save_model, save_plot, write_text_atomically
 
 
@@ -86,8 +86,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         with cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
             with cluster_performance_report(performance_report):
-                result = run(model, ds, method=chosen, client=client, progress=progress(),
-                             callback=_echo_iteration, **options)
+                result = run(model, ds, method=chosen, client=client, progress=fit_progress(), **options)
             seconds = time.perf_counter() - start
         save_model(result.model, out, result=result, data=data, seconds=seconds)
         click.echo(result.summary())
@@ -117,11 +116,6 @@ def _spec_fingerprint(spec: dict, method: str | None) -> dict:
     return kept | ({"method": method} if method else {})
 
 
-def _echo_iteration(record: dict) -> None:
-    parts = [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()]
-    click.echo("  " + " ".join(parts), err=True)
-
-
 @cli.command()
 @click.argument("model_path", type=click.Path())
 @click.argument("data", type=click.Path())
@@ -142,5 +136,5 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
         model = load(model_path)
         ds = open_dataset(data, storage_options=storage_options())
         with cluster(scheduler, scheduler_file, workers) as client:
-            result = predict_proba(model, ds, variable, write=True, name=name, client=client)
+            result = predict_proba(model, ds, variable, write=True, name=name, client=client, progress=progress())
     click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")

@@ -1,7 +1,8 @@
-"""Option types and checks shared by the ``dpgm`` commands: counts, chunk limits, progress."""
+"""Option types and checks shared by the ``dpgm`` commands: counts, chunk limits, progress and its log lines."""
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 
@@ -63,6 +64,34 @@ def default_chunk_rows(rows: int) -> int:
     return rule(rows)
 
 
+def _quiet() -> bool:
+    context = click.get_current_context(silent=True)
+    return bool(context and context.find_root().meta.get("dpgm.quiet"))
+
+
 def progress() -> bool | str:
-    """A bar on a terminal; plain periodic lines on the ``dpgm`` logger in batch logs."""
+    """A pass's progress: Dask's bar on a terminal; plain periodic lines on the ``dpgm`` logger in batch
+    logs; nothing with ``-q``."""
+    if _quiet():
+        return False
     return True if sys.stderr.isatty() else "lines"
+
+
+def fit_progress() -> bool:
+    """A fit's ``progress=``: one line per iteration of the best restart (under a counter of iterations on
+    a terminal, timestamped in batch logs) and no per-pass bar; nothing with ``-q``."""
+    return not _quiet()
+
+
+LOG_FORMAT = "dpgm: %(message)s"
+BATCH_LOG_FORMAT = "%(asctime)s dpgm: %(message)s"  # stderr not a terminal: every line with its time
+
+
+def log_handler() -> logging.Handler:
+    """The ``dpgm`` logger's handler on stderr: through ``tqdm.write`` (a line never breaks the fit's bar),
+    timestamped (``2026-11-26 21:04:05 dpgm: ...``) when stderr is not a terminal."""
+    from dpgm.progress import TIMESTAMP, LineHandler
+
+    handler = LineHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT if sys.stderr.isatty() else BATCH_LOG_FORMAT, TIMESTAMP))
+    return handler

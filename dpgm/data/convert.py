@@ -395,7 +395,7 @@ def convert(
     storage_options: dict[str, Any] | None = None,
     blocksize: int | None = 64 * 2**20,
     client: Client | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> xr.Dataset:
     """Convert CSV/TSV (optionally compressed) or Parquet input to a Zarr dataset, on the cluster.
 
@@ -438,7 +438,7 @@ def convert(
         Dask client whose workers read and write the blocks (default: the active
         client, else Dask's threads).
     progress
-        Show progress of the two passes.
+        Show progress of the two passes. None (default): a bar where stderr is a terminal or in Jupyter, nothing in a script.
 
     Returns
     -------

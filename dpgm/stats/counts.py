@@ -181,7 +181,7 @@ def counts(
     scopes: Iterable[Sequence[str]],
     *,
     client: Client | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Counts:
     """Contingency tables of every scope, in one pass over the data.
 
@@ -197,7 +197,7 @@ def counts(
     client
         Dask client to run the pass on (default: the active client, else threads).
     progress
-        Show a progress bar of the pass.
+        Show a progress bar of the pass. None (default): a bar where stderr is a terminal or in Jupyter, nothing in a script.
 
     Returns
     -------

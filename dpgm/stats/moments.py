@@ -168,7 +168,7 @@ def moments(
     *,
     pairwise: bool = False,
     client: Client | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Moments:
     """Weighted count, mean and centred cross-product matrix of continuous variables, in one pass.
 
@@ -184,7 +184,7 @@ def moments(
     client
         Dask client (default: the active client, else threads).
     progress
-        Show a progress bar of the pass.
+        Show a progress bar of the pass. None (default): a bar where stderr is a terminal or in Jupyter, nothing in a script.
 
     Returns
     -------
