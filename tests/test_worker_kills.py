@@ -195,6 +195,8 @@ def test_scheduler_killed_mid_fit_exits_69_and_resumes_bit_for_bit_on_a_new_clus
     (tmp_path / "long.yaml").write_text(spec + "max_iter: 100000\n")
     checkpoint = tmp_path / "ck"
     env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
     with dask_processes(tmp_path / "first", WORKERS) as file:
         job = subprocess.Popen(_fit_command(tmp_path / "long.yaml", tmp_path / "d.zarr", tmp_path / "m.zarr", file,
                                             "--checkpoint", checkpoint),
