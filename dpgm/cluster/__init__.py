@@ -337,7 +337,7 @@ def compute(obj: Any, *, client: Client | None = None, progress: Any = False) ->
         return dask.compute(obj)[0]
     # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
-    future = client.compute(obj, retries=PASS_RETRIES)
+    future = _submit(client, obj)
     with _stopped_on_failure(future, obj):
         if progress == "lines":
             return _line_progress(future, pass_name(obj))
@@ -363,6 +363,17 @@ def _result(future: Any, seconds: float | None = None) -> Any:
             else:
                 continue
         return result if end is None else (True, result)
+
+
+def _submit(client: Client, obj: Any) -> Any:
+    """The pass's future. Interrupted while the graph is sent, the embedded cluster stops its workers (the
+    tasks already sent cannot be named to cancel them)."""
+    try:
+        return client.compute(obj, retries=PASS_RETRIES)
+    except KeyboardInterrupt:
+        if (embedded := embedded_cluster(client)) is not None:
+            embedded.stop(grace=INTERRUPTED_GRACE_SECONDS)
+        raise
 
 
 @contextlib.contextmanager
@@ -495,7 +506,7 @@ def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
         if client is None:
             result = dask.compute(obj)[0]
         else:
-            future = client.compute(obj, retries=PASS_RETRIES)
+            future = _submit(client, obj)
             with _stopped_on_failure(future, obj):
                 done, result = _result(future, TICK_SECONDS)
                 while not done:
