@@ -209,11 +209,9 @@ def _loop_without_sigint() -> Any:
     unblocks SIGINT and SIGTERM when done (CPython issue 110844), which would hand the first worker
     process an unblocked mask.
     """
-    import multiprocessing.resource_tracker
-
     from distributed.utils import LoopRunner
 
-    multiprocessing.resource_tracker.ensure_running()
+    _start_resource_tracker()
     if not hasattr(signal, "pthread_sigmask"):
         runner = LoopRunner()
         runner.start()
@@ -225,6 +223,32 @@ def _loop_without_sigint() -> Any:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return runner
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if it is not running) with its stderr on the null device.
+
+    The workers' queues are registered with it; a worker killed before it unregistered them makes the
+    tracker warn, at its own exit, after the command's last line ("There appear to be 1 leaked semaphore
+    objects to clean up at shutdown"), and it cleans them up all the same. For the few milliseconds of
+    the start, this process's own stderr goes to the null device too.
+    """
+    import multiprocessing.resource_tracker
+    import os
+
+    try:
+        saved = os.dup(2)
+    except OSError:
+        multiprocessing.resource_tracker.ensure_running()
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        multiprocessing.resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 async def _close_nannies(nannies: list[Any], grace: float) -> None:
