@@ -295,7 +295,7 @@ def test_fit_exits_69_when_the_scheduler_dies_mid_fit(lone_scheduler, fitted_asi
         output = []
         for line in fit.stdout:
             output.append(line)
-            if "iteration=5 " in line:
+            if "dpgm: iteration 5 " in line:
                 scheduler.send_signal(signal.SIGKILL)
                 killed = time.monotonic()
                 break

@@ -582,7 +582,7 @@ def test_sigterm_mid_fit_exits_75_and_the_checkpoint_resumes(tmp_path):
 @pytest.mark.slow
 def test_sigint_mid_fit_without_checkpoint_exits_130_and_writes_nothing(tmp_path):
     job = _start_fit(tmp_path, "--report", tmp_path / "r.json")
-    _wait_for(lambda: "iteration=2 " in (job.stderr.readline() or ""), job)
+    _wait_for(lambda: "dpgm: iteration 2 " in (job.stderr.readline() or ""), job)
     job.send_signal(signal.SIGINT)
     stdout, stderr = job.communicate(timeout=60)
     line = error_line(subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr), 130)

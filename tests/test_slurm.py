@@ -255,8 +255,8 @@ def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, as
     for resumed in allocations[1:]:
         assert "resuming from the checkpoint" in resumed, log
     # the first allocation got some way, the next went on from there (not from 1)
-    first_last = max(int(i) for i in re.findall(r"iteration=(\d+)", allocations[0]))
-    second_first = min(int(i) for i in re.findall(r"iteration=(\d+)", allocations[1]))
+    first_last = max(int(i) for i in re.findall(r"dpgm: iteration (\d+) ", allocations[0]))
+    second_first = min(int(i) for i in re.findall(r"dpgm: iteration (\d+) ", allocations[1]))
     assert 1 < first_last < expected.n_iter and second_first > 1, (first_last, second_first)
     _assert_same_model(folder / "model.zarr", expected.model)
     # every allocation: scheduler, worker and dashboards on the node's address, free ports

@@ -121,10 +121,10 @@ class BayesianNetwork:
         >>> bn.with_state_order({"rain": ["n", "y"]}).states["rain"]
         ('n', 'y')
         """
-        from dpgm.models.state_order import reorder_table
+        from dpgm.models.state_order import changed_orders, reorder_table
 
-        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
-        if not self.is_parameterized or all(self.states[v] == s for v, s in wanted.items()):
+        wanted = changed_orders(self.states, states)
+        if not self.is_parameterized or wanted is None:
             return self
         return BayesianNetwork({v: reorder_table(table, wanted) for v, table in self.cpds.items()})
 

@@ -84,10 +84,10 @@ class HiddenMarkovModel:
         ValueError
             The labels given are not a permutation of the model's.
         """
-        from dpgm.models.state_order import reorder_table
+        from dpgm.models.state_order import changed_orders, reorder_table
 
-        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
-        if all(self.states[v] == s for v, s in wanted.items()):
+        wanted = changed_orders(self.states, states)
+        if wanted is None:
             return self
         if self.hidden in wanted:
             wanted[self.hidden + "_next"] = wanted[self.hidden]

@@ -160,10 +160,10 @@ class LogLinearModel:
         ValueError
             The labels given for a variable are not a permutation of its states.
         """
-        from dpgm.models.state_order import reorder_table
+        from dpgm.models.state_order import changed_orders, reorder_table
 
-        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
-        if all(self.states[v] == s for v, s in wanted.items()):
+        wanted = changed_orders(self.states, states)
+        if wanted is None:
             return self
         zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
         model = LogLinearModel({n: reorder_table(t, wanted) for n, t in self.features.items()}, self.weights, zeros)

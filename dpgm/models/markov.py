@@ -116,10 +116,10 @@ class MarkovNetwork:
         ValueError
             The labels given for a variable are not a permutation of its states.
         """
-        from dpgm.models.state_order import reorder_table
+        from dpgm.models.state_order import changed_orders, reorder_table
 
-        wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in self.states}
-        if all(self.states[v] == s for v, s in wanted.items()):
+        wanted = changed_orders(self.states, states)
+        if wanted is None:
             return self
         zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
         return MarkovNetwork({s: reorder_table(t, wanted) for s, t in self.potentials.items()}, zeros)

@@ -12,7 +12,17 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
-__all__ = ["check_same_labels", "permutation", "reorder_array", "reorder_table"]
+__all__ = ["changed_orders", "check_same_labels", "permutation", "reorder_array", "reorder_table"]
+
+
+def changed_orders(current: Mapping[str, Sequence[str]],
+                   states: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]] | None:
+    """The orders ``states`` asks for the variables of ``current`` (a model's states); ``None`` when
+    every one of them is already in that order (the model is returned as it is)."""
+    wanted = {v: tuple(map(str, s)) for v, s in states.items() if v in current}
+    if all(tuple(map(str, current[v])) == s for v, s in wanted.items()):
+        return None
+    return wanted
 
 
 def check_same_labels(variable: str, current: Sequence[str], wanted: Sequence[str]) -> None:
