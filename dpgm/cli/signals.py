@@ -11,8 +11,8 @@ which would write on into a store the clean-up removes, it lets that operation e
 callback, a ``__del__``), the signal is sent to the main thread again every 50 ms until the
 command has reported it, so its exception is raised as soon as it can be (and every wait for a
 pass, and the end of the command's error handling, raise it too). Repeating the signal changes
-nothing; the other one (SIGINT after SIGTERM, or the reverse), or any after the command's line,
-ends the process at once (its child processes killed first).
+nothing; the other one (SIGINT after SIGTERM, or the reverse) ends the process at once (its child
+processes killed first).
 
 :func:`interrupted` is the one line: exit 75 when a fit's ``--checkpoint`` holds an iteration to
 resume, else 130 (SIGINT) or 143 (SIGTERM); it names every output written before the signal
@@ -95,7 +95,7 @@ def handle_signals() -> None:
 
 def _unraisable(unraisable: Any) -> None:
     """Python's report of an exception it cannot raise (in a garbage-collection callback, a ``__del__``): not
-    for the handler's interrupt, which is recorded and raised again at the next wait for a pass."""
+    for the handler's interrupt, which is delivered again until it is raised."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and _SIGNAL.signum is not None:
         return
     sys.__unraisablehook__(unraisable)
@@ -109,8 +109,10 @@ def terminate(signum: int, frame: Any) -> None:
         _SIGNAL.signum = signum
         _quiet_event_loops()
         _SIGNAL.wake.set()
-    elif signum != _SIGNAL.signum or _SIGNAL.handled:  # a second signal (the same one is also the retry's)
+    elif signum != _SIGNAL.signum:  # the other signal (the same one again is also how it is redelivered)
         _abort(signum)
+    elif _SIGNAL.handled:  # reported already: the command is ending
+        return
     error = Terminated(_SIGNAL.signum)
     cluster = sys.modules.get("dpgm.cluster")  # loaded when a pass may be waited for
     now = cluster.interrupt(error) if cluster is not None else True
@@ -168,7 +170,7 @@ def ignore_signals() -> None:
 
 
 def _abort(signum: int) -> None:
-    """A second signal: kill this process's children, say so in one line, exit with 128 + the signal."""
+    """The other signal: kill this process's children, say so in one line, exit with 128 + the signal."""
     _SIGNAL.handled = True
     with contextlib.suppress(Exception):
         import psutil
