@@ -149,11 +149,12 @@ def _finish_storage_io(frame: Any) -> None:
 
 
 def _quiet_event_loops() -> None:
-    """Without -v, keep the event loops' error logs off stderr from now on: the cluster's tasks cut short by
-    the interrupt ("Task exception was never retrieved") are no errors; the command says one line."""
+    """Without -v, keep the event loops' and distributed's logs off stderr from now on: the cluster's tasks
+    and comms cut short by the interrupt ("Task exception was never retrieved") are no errors; the command
+    says one line."""
     ctx = click.get_current_context(silent=True)
     if not (ctx is not None and ctx.meta.get("dpgm.verbose")):
-        for name in ("asyncio", "tornado.application"):
+        for name in ("asyncio", "tornado.application", "distributed"):
             logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 

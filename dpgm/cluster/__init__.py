@@ -400,7 +400,7 @@ def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
     while time.monotonic() < end:
         counts: dict = {}
         _within(max(min(end - time.monotonic(), 1.0), 0.1), _count_running, client, names, counts)
-        if not any(counts.values()):  # none still runs (or no worker answered)
+        if counts and not any(counts.values()):  # every worker answered: none of the tasks still runs
             return
         time.sleep(0.05)
 

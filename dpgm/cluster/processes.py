@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -148,9 +149,17 @@ class EmbeddedCluster:
             _quietly(self.client.close, timeout=min(1.0, max(deadline.left(), 0.1)))
         for cluster in clusters:
             _close(cluster, grace, deadline)
-        _kill(doomed + self._workers(clusters))
-        if self.runner is not None:
-            _quietly(self.runner.stop, timeout=1)
+        # closing the cluster gave distributed's loggers back their level (silence_logs): the comms still
+        # closing would log their INFO lines after the command's last line
+        log = logging.getLogger("distributed")
+        restored = log.level
+        log.setLevel(logging.CRITICAL)
+        try:
+            _kill(doomed + self._workers(clusters))
+            if self.runner is not None:
+                _quietly(self.runner.stop, timeout=1)
+        finally:
+            log.setLevel(restored)
 
     def _half_built(self) -> list[Any]:
         """The cluster ``start`` left unfinished (interrupted while the workers started)."""
