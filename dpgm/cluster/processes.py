@@ -17,6 +17,14 @@ Processes
     process they started, and returns once they are gone: no worker outlives the command, and with
     none left multiprocessing's resource tracker (which waits for every process that holds its pipe)
     ends with it.
+
+    Why a Ctrl-C could take a minute before: the workers got the SIGINT too and died (dask/distributed
+    issue 1925, "KeyboardInterrupt kills workers in LocalCluster"); their nannies, still running,
+    started new ones while the driver closed the cluster; a nanny closing waits, without a timeout,
+    for a worker that is still starting to be up before it stops it (``WorkerProcess.kill``), and a
+    ``LocalCluster.close()`` without a timeout waits for every nanny. The resource tracker, which
+    every worker process holds open, lived on until the last of them ended. Now the workers never see
+    the SIGINT, nannies close with a short grace, every wait has a deadline and what is left is killed.
 """
 
 from __future__ import annotations
