@@ -371,6 +371,25 @@ def test_generate_at_random_moments(tmp_path):
 
 
 @pytest.mark.slow
+def test_generate_interrupted_while_the_metadata_is_written(tmp_path):
+    """A network of 600 variables: the store's 600 arrays are created one by one on the driver (through
+    Zarr's I/O thread) for seconds before the pass. A signal then leaves no array directory behind."""
+    bif = tmp_path / "wide.bif"
+    bif.write_text("network wide {\n}\n" + "".join(
+        f"variable v{i} {{\n  type discrete [ 2 ] {{ no, yes }};\n}}\n" for i in range(600)) + "".join(
+        f"probability ( v{i} ) {{\n  table 0.3, 0.7;\n}}\n" for i in range(600)))
+    out = tmp_path / "w.zarr"
+    for trial, delay in enumerate(draw(8, 3, 0.2, 2.0)):
+        signum = (signal.SIGTERM, signal.SIGINT)[trial % 2]
+        job = Job(tmp_path, "-q", "generate", bif, out, "--rows", "1000", "--workers", "1", name=f"wide-{trial}")
+        assert job.wait_until(out.exists)
+        time.sleep(delay)
+        outcome = job.interrupt(signum)
+        assert outcome.code != 0, "finished before the signal"
+        assert check_store(out, check_interrupted(outcome, signum)) == "absent"
+
+
+@pytest.mark.slow
 def test_convert_at_random_moments(tmp_path, stores):
     """Both passes of a conversion (labels, then codes): nothing half-written, no stray chunk file."""
     out = tmp_path / "c.zarr"

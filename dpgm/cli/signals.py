@@ -4,11 +4,15 @@ The handler (:func:`terminate`) records the signal and raises :class:`Terminated
 ``KeyboardInterrupt``) in the main thread, so the command unwinds as from Ctrl-C: a pass under
 way is stopped, the outputs being written are removed, the cluster's processes are ended. It
 does not raise while the main thread is handling an exception already (that unwinding goes on,
-and the first failure is the one reported) nor inside the embedded cluster's shutdown
-(:func:`dpgm.cluster.interrupt`); and where Python swallows the exception (a garbage-collection
-callback, a ``__del__``), the next wait for a pass raises it again, or at the latest the end of
-the command's error handling. A second signal ends the process at once (its child processes
-killed first).
+and the first failure is the one reported), inside the embedded cluster's shutdown
+(:func:`dpgm.cluster.interrupt`); when the main thread waits for Zarr's (or fsspec's) I/O thread,
+which would write on into a store the clean-up removes, it lets that operation end first (up to
+2 s). Where it did not raise, and where Python swallows the exception (a garbage-collection
+callback, a ``__del__``), the signal is sent to the main thread again every 50 ms until the
+command has reported it, so its exception is raised as soon as it can be (and every wait for a
+pass, and the end of the command's error handling, raise it too). Repeating the signal changes
+nothing; the other one (SIGINT after SIGTERM, or the reverse) ends the process at once (its child
+processes killed first).
 
 :func:`interrupted` is the one line: exit 75 when a fit's ``--checkpoint`` holds an iteration to
 resume, else 130 (SIGINT) or 143 (SIGTERM); it names every output written before the signal
@@ -18,12 +22,15 @@ output was written" only when none was.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +50,35 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-class _Signal:
-    """The first SIGTERM/SIGINT this process received (the handler is process-wide)."""
+RETRY_SECONDS = 0.05
 
-    signum: int | None = None
+
+class _Signal:
+    """The first SIGTERM/SIGINT this process received (the handler is process-wide), whether the command
+    has said so (:func:`interrupted`), and the thread that delivers it to the main thread again until then."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.handled = False
+        self.finishing = False
+        self.wake = threading.Event()
 
 
 _SIGNAL = _Signal()
+
+
+def _redeliver() -> None:
+    """Once a signal is received, send it to the main thread again every RETRY_SECONDS until the command
+    says it was interrupted: its exception, deferred (Zarr's I/O waited for, an exception being handled) or
+    swallowed (a garbage-collection callback), is raised within that time of the moment it can be."""
+    _SIGNAL.wake.wait()
+    main = threading.main_thread().ident
+    while not _SIGNAL.handled and main is not None and _SIGNAL.signum is not None:
+        time.sleep(RETRY_SECONDS)
+        if _SIGNAL.handled:
+            return
+        with contextlib.suppress(Exception):
+            signal.pthread_kill(main, _SIGNAL.signum)
 
 
 def handle_signals() -> None:
@@ -60,36 +89,72 @@ def handle_signals() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, terminate)
     sys.unraisablehook = _unraisable
+    if hasattr(signal, "pthread_kill"):
+        threading.Thread(target=_redeliver, name="dpgm-signal", daemon=True).start()
 
 
 def _unraisable(unraisable: Any) -> None:
     """Python's report of an exception it cannot raise (in a garbage-collection callback, a ``__del__``): not
-    for the handler's interrupt, which is recorded and raised again at the next wait for a pass."""
+    for the handler's interrupt, which is delivered again until it is raised."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and _SIGNAL.signum is not None:
         return
     sys.__unraisablehook__(unraisable)
 
 
 def terminate(signum: int, frame: Any) -> None:
-    """The handler: record the signal; raise :class:`Terminated` unless an exception is being handled or
-    the cluster's shutdown runs (see the module's description); a second signal ends the process now."""
-    if _SIGNAL.signum is not None:
+    """The handler: record the signal; raise :class:`Terminated` unless an exception is being handled or the
+    cluster's shutdown runs (after the Zarr operation the main thread waits for, if any: see the module's
+    description); the other signal ends the process now."""
+    if _SIGNAL.signum is None:
+        _SIGNAL.signum = signum
+        _quiet_event_loops()
+        _SIGNAL.wake.set()
+    elif signum != _SIGNAL.signum:  # the other signal (the same one again is also how it is redelivered)
         _abort(signum)
-    _SIGNAL.signum = signum
-    _quiet_event_loops()
-    error = Terminated(signum)
+    elif _SIGNAL.handled:  # reported already: the command is ending
+        return
+    error = Terminated(_SIGNAL.signum)
     cluster = sys.modules.get("dpgm.cluster")  # loaded when a pass may be waited for
     now = cluster.interrupt(error) if cluster is not None else True
-    if now and sys.exc_info()[1] is None:
+    if now and sys.exc_info()[1] is None and not _SIGNAL.finishing:
+        _finish_storage_io(frame)
         raise error
 
 
+# the functions through which Zarr and fsspec run their I/O on an event loop in another thread, and what
+# each waits on: an exception raised in the main thread there leaves that I/O running (neither cancels
+# it), which could write into a store the clean-up has just removed
+_STORAGE_WAITS = {os.path.join("zarr", "core", "sync.py"): "future", os.path.join("fsspec", "asyn.py"): "event"}
+STORAGE_SECONDS = 2.0
+
+
+def _finish_storage_io(frame: Any) -> None:
+    """If the main thread waits for Zarr's or fsspec's I/O thread, let that operation end first (up to
+    STORAGE_SECONDS): the interrupt is raised once nothing writes on behalf of the command."""
+    while frame is not None:
+        for path, name in _STORAGE_WAITS.items():
+            if frame.f_code.co_filename.endswith(path):
+                waited = frame.f_locals.get(name)
+                _SIGNAL.finishing = True
+                try:
+                    with contextlib.suppress(Exception):
+                        if hasattr(waited, "add_done_callback"):  # a concurrent future (Zarr)
+                            concurrent.futures.wait([waited], timeout=STORAGE_SECONDS)
+                        elif hasattr(waited, "wait"):  # a threading.Event (fsspec)
+                            waited.wait(STORAGE_SECONDS)
+                finally:
+                    _SIGNAL.finishing = False
+                return
+        frame = frame.f_back
+
+
 def _quiet_event_loops() -> None:
-    """Without -v, keep the event loops' error logs off stderr from now on: the cluster's tasks cut short by
-    the interrupt ("Task exception was never retrieved") are no errors; the command says one line."""
+    """Without -v, keep the event loops' and distributed's logs off stderr from now on: the cluster's tasks
+    and comms cut short by the interrupt ("Task exception was never retrieved") are no errors; the command
+    says one line."""
     ctx = click.get_current_context(silent=True)
     if not (ctx is not None and ctx.meta.get("dpgm.verbose")):
-        for name in ("asyncio", "tornado.application"):
+        for name in ("asyncio", "tornado.application", "distributed"):
             logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
@@ -106,7 +171,8 @@ def ignore_signals() -> None:
 
 
 def _abort(signum: int) -> None:
-    """A second signal: kill this process's children, say so in one line, exit with 128 + the signal."""
+    """The other signal: kill this process's children, say so in one line, exit with 128 + the signal."""
+    _SIGNAL.handled = True
     with contextlib.suppress(Exception):
         import psutil
 
@@ -217,6 +283,7 @@ def interrupted(error: BaseException) -> Failure:
     (130 SIGINT, 143 SIGTERM), naming what was written before the signal."""
     from dpgm.cli.failures import EX_TEMPFAIL, Failure, _last_iteration
 
+    _SIGNAL.handled = True
     signum = int(getattr(error, "signum", None) or _SIGNAL.signum or signal.SIGINT)
     name = signal.Signals(signum).name
     run = Run.current()

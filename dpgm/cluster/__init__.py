@@ -337,7 +337,7 @@ def compute(obj: Any, *, client: Client | None = None, progress: Any = False) ->
         return dask.compute(obj)[0]
     # passes are pure: a task that failed on a flaky read (object store, network filesystem) is simply
     # run again; tasks lost with a killed worker are recomputed by distributed anyway
-    future = client.compute(obj, retries=PASS_RETRIES)
+    future = _submit(client, obj)
     with _stopped_on_failure(future, obj):
         if progress == "lines":
             return _line_progress(future, pass_name(obj))
@@ -365,6 +365,17 @@ def _result(future: Any, seconds: float | None = None) -> Any:
         return result if end is None else (True, result)
 
 
+def _submit(client: Client, obj: Any) -> Any:
+    """The pass's future. Interrupted while the graph is sent, the embedded cluster stops its workers (the
+    tasks already sent cannot be named to cancel them)."""
+    try:
+        return client.compute(obj, retries=PASS_RETRIES)
+    except KeyboardInterrupt:
+        if (embedded := embedded_cluster(client)) is not None:
+            embedded.stop(grace=INTERRUPTED_GRACE_SECONDS)
+        raise
+
+
 @contextlib.contextmanager
 def _stopped_on_failure(future: Any, obj: Any):
     """Stop the pass of ``future`` when the block ends by an exception, then let the exception go on."""
@@ -389,7 +400,7 @@ def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
     while time.monotonic() < end:
         counts: dict = {}
         _within(max(min(end - time.monotonic(), 1.0), 0.1), _count_running, client, names, counts)
-        if not any(counts.values()):  # none still runs (or no worker answered)
+        if counts and not any(counts.values()):  # every worker answered: none of the tasks still runs
             return
         time.sleep(0.05)
 
@@ -495,7 +506,7 @@ def _watched(obj: Any, client: Client | None, watcher: Any) -> Any:
         if client is None:
             result = dask.compute(obj)[0]
         else:
-            future = client.compute(obj, retries=PASS_RETRIES)
+            future = _submit(client, obj)
             with _stopped_on_failure(future, obj):
                 done, result = _result(future, TICK_SECONDS)
                 while not done:

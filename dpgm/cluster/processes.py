@@ -17,12 +17,21 @@ Processes
     process they started, and returns once they are gone: no worker outlives the command, and with
     none left multiprocessing's resource tracker (which waits for every process that holds its pipe)
     ends with it.
+
+    Why a Ctrl-C could take a minute before: the workers got the SIGINT too and died (dask/distributed
+    issue 1925, "KeyboardInterrupt kills workers in LocalCluster"); their nannies, still running,
+    started new ones while the driver closed the cluster; a nanny closing waits, without a timeout,
+    for a worker that is still starting to be up before it stops it (``WorkerProcess.kill``), and a
+    ``LocalCluster.close()`` without a timeout waits for every nanny. The resource tracker, which
+    every worker process holds open, lived on until the last of them ended. Now the workers never see
+    the SIGINT, nannies close with a short grace, every wait has a deadline and what is left is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -148,9 +157,17 @@ class EmbeddedCluster:
             _quietly(self.client.close, timeout=min(1.0, max(deadline.left(), 0.1)))
         for cluster in clusters:
             _close(cluster, grace, deadline)
-        _kill(doomed + self._workers(clusters))
-        if self.runner is not None:
-            _quietly(self.runner.stop, timeout=1)
+        # closing the cluster gave distributed's loggers back their level (silence_logs): the comms still
+        # closing would log their INFO lines after the command's last line
+        log = logging.getLogger("distributed")
+        restored = log.level
+        log.setLevel(logging.CRITICAL)
+        try:
+            _kill(doomed + self._workers(clusters))
+            if self.runner is not None:
+                _quietly(self.runner.stop, timeout=1)
+        finally:
+            log.setLevel(restored)
 
     def _half_built(self) -> list[Any]:
         """The cluster ``start`` left unfinished (interrupted while the workers started)."""
@@ -209,11 +226,9 @@ def _loop_without_sigint() -> Any:
     unblocks SIGINT and SIGTERM when done (CPython issue 110844), which would hand the first worker
     process an unblocked mask.
     """
-    import multiprocessing.resource_tracker
-
     from distributed.utils import LoopRunner
 
-    multiprocessing.resource_tracker.ensure_running()
+    _start_resource_tracker()
     if not hasattr(signal, "pthread_sigmask"):
         runner = LoopRunner()
         runner.start()
@@ -225,6 +240,32 @@ def _loop_without_sigint() -> Any:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return runner
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if it is not running) with its stderr on the null device.
+
+    The workers' queues are registered with it; a worker killed before it unregistered them makes the
+    tracker warn, at its own exit, after the command's last line ("There appear to be 1 leaked semaphore
+    objects to clean up at shutdown"), and it cleans them up all the same. For the few milliseconds of
+    the start, this process's own stderr goes to the null device too.
+    """
+    import multiprocessing.resource_tracker
+    import os
+
+    try:
+        saved = os.dup(2)
+    except OSError:
+        multiprocessing.resource_tracker.ensure_running()
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        multiprocessing.resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 async def _close_nannies(nannies: list[Any], grace: float) -> None:
