@@ -21,7 +21,14 @@ from dpgm.cli.connection import (
 from dpgm.cli.entry import cli
 from dpgm.cli.failures import EX_CANTCREAT, EX_NOT_CONVERGED, Failure, errors
 from dpgm.cli.options import progress
-from dpgm.cli.outputs import check_output, check_plot, save_model, save_plot, write_text_atomically
+from dpgm.cli.outputs import (
+    check_output,
+    check_plot,
+    claimed,
+    save_model,
+    save_plot,
+    write_text_atomically,
+)
 
 
 @cli.command()
@@ -67,7 +74,9 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         raise Failure(f"--checkpoint {checkpoint!r} holds the checkpoint of an earlier run: pass --resume to "
                       "continue it, or --overwrite to start afresh", EX_CANTCREAT)
     click.get_current_context().meta["dpgm.inputs"] = [data]
-    with errors(checkpoint):
+    # one writer per output: a second fit to the same --out (or --checkpoint) exits 73 before any work
+    with errors(checkpoint), claimed("--out", out, overwrite=overwrite), claimed("--checkpoint", checkpoint,
+                                                                                 folder=True):
         ds = open_dataset(data, storage_options=storage_options())
         parsed = read_spec(spec)
         try:
@@ -138,7 +147,7 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
     from dpgm.models.store import load
 
     click.get_current_context().meta["dpgm.inputs"] = [model_path, data]
-    with errors():
+    with errors(), claimed("DATA", data, folder=True):  # one writer of DATA at a time
         model = load(model_path)
         ds = open_dataset(data, storage_options=storage_options())
         with cluster(scheduler, scheduler_file, workers) as client:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from dpgm.data.claim import claim, location, writing
 from dpgm.data.columns import ZarrStore
 from dpgm.data.integrity import COMPLETE, check_complete, checksum_codec, mark_complete
 from dpgm.data.kinds import (
@@ -23,6 +24,7 @@ from dpgm.data.kinds import (
     decide,
     series_column,
 )
+from dpgm.data.names import check_columns, check_variables, pandas_rename
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError, DpgmWarning
 
@@ -84,11 +86,12 @@ def open_dataset(
     path = os.fspath(path_or_url)
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"no dataset at {path!r}")
+    where = location(path)  # absolute: workers running in another folder read the same store
     chunks: Any = {} if chunk_rows is None else {ROW: int(chunk_rows)}
     context = _quiet_zarr()
     try:
         ds = xr.open_zarr(
-            path,
+            where,
             consolidated=False,
             chunks=chunks,
             storage_options=storage_options,
@@ -105,7 +108,7 @@ def open_dataset(
     ds = _listed_variables(ds, path)
     Schema.from_dataset(ds)
     ds.encoding["dpgm_store"] = ZarrStore(
-        path=path,
+        path=where,
         storage_options=storage_options,
         names={str(v): ds.variables[v].data.name for v in ds.data_vars},
         token=uuid.uuid4().hex,
@@ -215,12 +218,34 @@ def write_dataset(
     -----
     The store is created marked incomplete (``dpgm_complete: false``) and marked
     complete only after its last chunk is written, so a write killed midway
-    leaves a store that :func:`open_dataset` refuses.
+    leaves a store that :func:`open_dataset` refuses. The output is claimed for
+    the write (:mod:`dpgm.data.claim`: a second writer is refused); ``mode="w"``
+    over an existing store writes the new one beside it and swaps the two only
+    once it is complete, so a failed write leaves the old store as it was (with
+    ``compute=False`` an existing store is refused: the swap could not wait for
+    the chunks).
     """
     Schema.from_dataset(ds)
+    check_variables(map(str, ds.data_vars), "dataset variable", hint="ds.rename({old: new})")
     chunk_rows = int(chunk_rows)
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+    with writing(path, mode=mode, storage_options=storage_options) as target:
+        if not compute and target != location(path):
+            raise ValueError(f"mode='w' with compute=False cannot replace the existing store {os.fspath(path)!r} "
+                             "safely; write with compute=True, or remove it first")
+        written = create_store(ds, target, chunk_rows, storage_options, compute=compute)
+        if compute:
+            mark_complete(target, storage_options)
+    if compute:
+        return written
+    return _then_set_attrs(written, target, storage_options, {COMPLETE: True})
+
+
+def create_store(ds: xr.Dataset, target: str, chunk_rows: int, storage_options: dict[str, Any] | None, *,
+                 compute: bool = False):
+    """Create the store ``target`` (which must not exist: claimed by :func:`dpgm.data.claim.writing`) marked
+    incomplete; with ``compute`` write the chunks too. The caller marks it complete after its last chunk."""
     out = ds.copy()
     out.attrs = {**ds.attrs, "dpgm_schema_version": SCHEMA_VERSION, "variables": list(map(str, ds.data_vars)),
                  COMPLETE: False}
@@ -230,9 +255,9 @@ def write_dataset(
         array.encoding = {}
     context = _quiet_zarr()
     try:
-        written = out.to_zarr(
-            os.fspath(path),
-            mode=mode,
+        return out.to_zarr(
+            target,
+            mode="w-",
             zarr_format=3,
             consolidated=False,
             encoding=zarr_encoding(out, chunk_rows),
@@ -241,10 +266,6 @@ def write_dataset(
         )
     finally:
         context.__exit__(None, None, None)
-    if compute:
-        mark_complete(path, storage_options)
-        return written
-    return _then_set_attrs(written, os.fspath(path), storage_options, {COMPLETE: True})
 
 
 def _then_set_attrs(written: Any, path: str, storage_options: dict[str, Any] | None, attrs: dict):
@@ -291,9 +312,19 @@ def add_variables(
     DataError
         A name already taken (without ``overwrite``), or a row count that differs.
     """
+    if not compute:
+        return _add_variables(new, path, overwrite, storage_options, compute=False)
+    # one writer at a time; a writer that died is taken over (the store is checked when opened)
+    with claim(path, take_stale=True, storage_options=storage_options):
+        return _add_variables(new, path, overwrite, storage_options, compute=True)
+
+
+def _add_variables(new: xr.Dataset, path: str | os.PathLike[str], overwrite: bool,
+                   storage_options: dict[str, Any] | None, *, compute: bool):
     import zarr
 
     existing = open_dataset(path, storage_options=storage_options)
+    path = location(path)
     taken = sorted(set(map(str, new.data_vars)) & set(map(str, existing.data_vars)))
     if taken and not overwrite:
         raise DataError(f"variables {taken} already exist in {os.fspath(path)!r}; pass overwrite=True")
@@ -402,6 +433,7 @@ def from_pandas(
         raise DataError(f"columns {unknown} are not in the frame; columns: {names}")
     if weight is not None and weight not in df.columns:
         raise DataError(f"weight column {weight!r} not in the frame; columns: {names}")
+    check_columns(names, weight=None if weight is None else str(weight), how=pandas_rename)
     data_vars = {}
     report = []
     for column in df.columns:
