@@ -42,11 +42,12 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
     from dpgm.networks import load_network
 
     check_output("OUT", out, overwrite=overwrite)
-    with errors(), claimed("OUT", out, overwrite=overwrite, remove_created=True):
+    with errors():
         model = load_network(network)
         chunk_rows = chunk_rows or default_chunk_rows(rows)
         check_chunks(rows, chunk_rows, len(model.variables))
-        with cluster(scheduler, scheduler_file, workers) as client:
+        with claimed("OUT", out, overwrite=overwrite, remove_created=True), \
+                cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
             ds = sample_bayesian_network(
                 model, rows, out, seed=seed, missing=missing, chunk_rows=chunk_rows,

@@ -74,9 +74,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         raise Failure(f"--checkpoint {checkpoint!r} holds the checkpoint of an earlier run: pass --resume to "
                       "continue it, or --overwrite to start afresh", EX_CANTCREAT)
     click.get_current_context().meta["dpgm.inputs"] = [data]
-    # one writer per output: a second fit to the same --out (or --checkpoint) exits 73 before any work
-    with errors(checkpoint), claimed("--out", out, overwrite=overwrite), claimed("--checkpoint", checkpoint,
-                                                                                 folder=True):
+    with errors(checkpoint):
         ds = open_dataset(data, storage_options=storage_options())
         parsed = read_spec(spec)
         try:
@@ -92,20 +90,22 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         # a checkpoint of other data or another specification is refused before the cluster starts
         check_checkpoint(model, ds, chosen or _default_method(model), options,
                          extra={"specification": _spec_fingerprint(parsed, method)})
-        with cluster(scheduler, scheduler_file, workers) as client:
-            start = time.perf_counter()
-            with cluster_performance_report(performance_report):
-                result = run(model, ds, method=chosen, client=client, progress=progress(),
-                             callback=_echo_iteration, **options)
-            seconds = time.perf_counter() - start
-        save_model(result.model, out, result=result, data=data, seconds=seconds)
-        click.echo(result.summary())
-        click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
-        if plot_path:
-            save_plot(result, plot_path)
-        if report:
-            payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
-            write_text_atomically(report, json.dumps(payload, indent=2, default=float))
+        # one writer per output, claimed before any pass: a second fit to the same --out or --checkpoint exits 73
+        with claimed("--out", out, overwrite=overwrite), claimed("--checkpoint", checkpoint, folder=True):
+            with cluster(scheduler, scheduler_file, workers) as client:
+                start = time.perf_counter()
+                with cluster_performance_report(performance_report):
+                    result = run(model, ds, method=chosen, client=client, progress=progress(),
+                                 callback=_echo_iteration, **options)
+                seconds = time.perf_counter() - start
+            save_model(result.model, out, result=result, data=data, seconds=seconds)
+            click.echo(result.summary())
+            click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
+            if plot_path:
+                save_plot(result, plot_path)
+            if report:
+                payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
+                write_text_atomically(report, json.dumps(payload, indent=2, default=float))
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
 

@@ -192,7 +192,7 @@ def holder(path: str | os.PathLike[str], storage_options: dict[str, Any] | None 
     for _ in range(20):  # a lock being created is empty for a moment
         try:
             text = _read(lock, storage_options)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         try:
             record = json.loads(text)
