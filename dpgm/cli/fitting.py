@@ -147,9 +147,9 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
     from dpgm.models.store import load
 
     click.get_current_context().meta["dpgm.inputs"] = [model_path, data]
-    with errors(), claimed("DATA", data, folder=True):  # one writer of DATA at a time
+    with errors():
         model = load(model_path)
         ds = open_dataset(data, storage_options=storage_options())
-        with cluster(scheduler, scheduler_file, workers) as client:
+        with claimed("DATA", data, folder=True), cluster(scheduler, scheduler_file, workers) as client:
             result = predict_proba(model, ds, variable, write=True, name=name, client=client)
     click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")

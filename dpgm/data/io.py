@@ -202,7 +202,8 @@ def write_dataset(
     chunk_rows
         Rows per Zarr chunk (and per Dask chunk on write).
     mode
-        ``"w-"`` refuses to overwrite (default), ``"w"`` overwrites.
+        ``"w-"`` refuses to overwrite (default), ``"w"`` replaces an existing store
+        once the new one is complete.
     storage_options
         Passed to fsspec for URLs.
     compute
@@ -212,7 +213,11 @@ def write_dataset(
     Raises
     ------
     DataError
-        The dataset is not in dpgm's format.
+        The dataset is not in dpgm's format, or a variable's name cannot be stored
+        (``/``, dots only, ``__...``: :func:`dpgm.data.names.problem`).
+    FileExistsError
+        The store exists and ``mode`` is ``"w-"``; :class:`~dpgm.data.claim.OutputBusy`
+        (a ``FileExistsError``) if another writer holds it.
 
     Notes
     -----
