@@ -59,6 +59,9 @@ __all__ = ["Claim", "Holder", "OutputBusy", "claim", "holder", "lock_path", "loc
            "writing"]
 
 LOCK = ".dpgm-lock"
+EXCLUSIVE = {"s3", "s3a", "memory", "file", "local"}
+"""fsspec protocols whose ``"xb"`` mode is known to create a file only if it does not exist; on the others a
+lock is created by check, write, wait and read back, which two writers starting within 0.5 s can both pass."""
 NEW = ".dpgm-new-"
 OLD = ".dpgm-old-"
 
@@ -101,11 +104,6 @@ class Holder:
             return _held_here(self.token)
         try:
             import psutil
-
-            process = psutil.Process(self.pid)
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return False
-            return process.create_time() <= self.started + 1.0  # a later process reusing the pid is another one
         except ImportError:
             try:
                 os.kill(self.pid, 0)
@@ -114,7 +112,14 @@ class Holder:
             except PermissionError:
                 return True
             return True
-        except Exception:  # psutil.NoSuchProcess, or gone while asked
+        try:
+            process = psutil.Process(self.pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return False
+            return process.create_time() <= self.started + 1.0  # a later process reusing the pid is another one
+        except psutil.AccessDenied:
+            return True
+        except psutil.Error:  # no such process, or gone while asked
             return False
 
     def describe(self) -> str:
@@ -235,6 +240,9 @@ def _create(lock: str, payload: bytes, storage_options: dict[str, Any] | None) -
             os.fsync(file.fileno())
         return True
     fs = _filesystem(lock, storage_options)
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if not protocols & EXCLUSIVE:
+        return _create_unconditionally(fs, lock, payload)
     for attempt in range(5):
         try:
             with fs.open(lock, "xb") as file:  # S3: If-None-Match: *, refused when the key exists
@@ -370,9 +378,10 @@ def claim(path: str | os.PathLike[str], *, overwrite: bool = False, take_stale: 
     me = threading.get_ident()
     with _HELD_LOCK:
         held = _HELD.get(lock)
-        if held is not None and held.thread == me:
+        mine = held is not None and held.thread == me and held.holder.pid == os.getpid()  # not a forked child
+        if held is not None and mine:
             held.depth += 1
-    if held is not None and held.thread == me:
+    if held is not None and mine:
         try:
             yield held
         finally:
