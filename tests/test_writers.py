@@ -219,15 +219,24 @@ def _claim_in_thread(out, failures) -> None:
 
 
 def test_claims_are_exclusive_across_processes(tmp_path):
-    """Eight processes claim one output at once: exactly one gets it."""
-    script = ("import sys, time\nfrom dpgm.data.claim import claim, OutputBusy\n"
+    """Eight processes, each ready and waiting for one signal, claim one output at once: exactly one gets it
+    while it holds it for 2 s, the others are told who."""
+    script = ("import os, sys, time\nfrom dpgm.data.claim import claim, OutputBusy\n"
+              "print('ready', flush=True)\n"
+              "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.001)\n"
               "try:\n    with claim(sys.argv[1]):\n        print('won', flush=True)\n        time.sleep(2)\n"
-              "except OutputBusy as error:\n    print('busy', error)\n")
-    jobs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "x.zarr")], stdout=subprocess.PIPE,
-                             text=True, env=environment()) for _ in range(8)]
+              "except OutputBusy as error:\n    print('busy', error, flush=True)\n")
+    go = tmp_path / "go"
+    jobs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "x.zarr"), str(go)],
+                             stdout=subprocess.PIPE, text=True, env=environment()) for _ in range(8)]
+    for job in jobs:
+        assert job.stdout.readline() == "ready\n"
+    go.touch()
     outputs = [job.communicate(timeout=60)[0] for job in jobs]
-    assert sum(o.startswith("won") for o in outputs) == 1, outputs
-    assert sum(o.startswith("busy") for o in outputs) == 7, outputs
+    winners = [job.pid for job, o in zip(jobs, outputs, strict=True) if o.startswith("won")]
+    assert len(winners) == 1, outputs
+    busy = [o for o in outputs if o.startswith("busy")]
+    assert len(busy) == 7 and all(f"pid {winners[0]}" in o for o in busy), outputs
     assert not Path(lock_path(tmp_path / "x.zarr")).exists()
 
 
