@@ -18,7 +18,7 @@ from dpgm.cli.connection import (
 from dpgm.cli.entry import cli
 from dpgm.cli.failures import errors
 from dpgm.cli.options import Count, check_chunks, default_chunk_rows, progress
-from dpgm.cli.outputs import check_output, removed_on_failure, write_text_atomically
+from dpgm.cli.outputs import check_output, claimed, write_text_atomically
 
 
 @cli.command()
@@ -30,7 +30,8 @@ from dpgm.cli.outputs import check_output, removed_on_failure, write_text_atomic
               help="Fraction of values missing completely at random.")
 @click.option("--chunk-rows", type=Count(), default=None,
               help="Rows per chunk (default: a sixteenth of the rows, 10,000 to 1,000,000).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing store (the new one is written beside it and swapped in when complete).")
 @scheduler_option
 @scheduler_file_option
 @workers_option
@@ -45,11 +46,13 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
         model = load_network(network)
         chunk_rows = chunk_rows or default_chunk_rows(rows)
         check_chunks(rows, chunk_rows, len(model.variables))
-        with cluster(scheduler, scheduler_file, workers) as client, removed_on_failure(out):
+        with claimed("OUT", out, overwrite=overwrite, remove_created=True), \
+                cluster(scheduler, scheduler_file, workers) as client:
             start = time.perf_counter()
             ds = sample_bayesian_network(
                 model, rows, out, seed=seed, missing=missing, chunk_rows=chunk_rows,
                 client=client, progress=progress(), mode="w" if overwrite else "w-",
+                storage_options=storage_options(),
             )
             seconds = time.perf_counter() - start
     click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out} in {seconds:.1f} s")
@@ -68,13 +71,17 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
               help="Order of a categorical column's labels: sorted (numbers numerically, then text) or as they "
                    "first appear.")
 @click.option("--weight", default=None, help="Column of frequency weights.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--rename", "renames", multiple=True, metavar="COLUMN=NAME",
+              help="Store the column COLUMN as the variable NAME, e.g. --rename row=row_id (repeatable; the other "
+                   "options name input columns).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing store (the new one is written beside it and swapped in when complete).")
 @scheduler_option
 @scheduler_file_option
 @workers_option
 @connection_options
-def convert(source, out, chunk_rows, categorical, continuous, na_values, label_order, weight, overwrite, scheduler,
-            scheduler_file, workers) -> None:
+def convert(source, out, chunk_rows, categorical, continuous, na_values, label_order, weight, renames, overwrite,
+            scheduler, scheduler_file, workers) -> None:
     """Convert CSV/TSV/Parquet SOURCE (a file, a directory of files or a glob) to the Zarr dataset OUT.
 
     One task per Parquet row group or 64 MiB of CSV, in two passes (labels and checks, then codes), on the
@@ -82,16 +89,26 @@ def convert(source, out, chunk_rows, categorical, continuous, na_values, label_o
     values, text categorical; a column of numbers but for a few text tokens is refused (see --na-values).
     """
     from dpgm.data.convert import convert as run
+    from dpgm.data.convert import input_variables
     from dpgm.data.kinds import ConversionReport, check_options
 
+    rename = {}
+    for text in renames:
+        column, equals, name = text.rpartition("=")
+        if not equals or not column or not name:
+            raise click.BadParameter(f"{text!r} is not COLUMN=NAME", param_hint="--rename")
+        rename[column] = name
     check_output("OUT", out, overwrite=overwrite, inputs=(source,))
     click.get_current_context().meta["dpgm.inputs"] = [source]
     with errors():
         check_options(categorical, continuous, na_values, label_order)
-    with errors(), cluster(scheduler, scheduler_file, workers) as client, removed_on_failure(out):
+        input_variables(source, rename=rename, weight=weight, storage_options=storage_options())
+    with errors(), claimed("OUT", out, overwrite=overwrite, remove_created=True), \
+            cluster(scheduler, scheduler_file, workers) as client:
         ds = run(source, out, chunk_rows=chunk_rows, categorical=categorical, continuous=continuous,
-                 na_values=na_values, label_order=label_order, weight=weight, mode="w" if overwrite else "w-",
-                 storage_options=storage_options(), client=client, progress=progress())
+                 na_values=na_values, label_order=label_order, weight=weight, rename=rename,
+                 mode="w" if overwrite else "w-", storage_options=storage_options(), client=client,
+                 progress=progress())
     click.echo(str(ConversionReport.from_dataset(ds)))
     click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out}")
 

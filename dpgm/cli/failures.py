@@ -44,6 +44,7 @@ def errors(checkpoint: str | None = None) -> Iterator[None]:
     """
     from dpgm.algorithms.checkpoint import CheckpointMismatch
     from dpgm.cluster import SchedulerUnreachable
+    from dpgm.data.claim import OutputBusy
     from dpgm.errors import ConfigError, DataError
     from dpgm.inference.triangulation import TreeTooLarge
 
@@ -60,6 +61,8 @@ def errors(checkpoint: str | None = None) -> Iterator[None]:
         raise Failure(str(error), EX_CONFIG) from None
     except DataError as error:
         raise Failure(str(error), EX_DATAERR) from None
+    except OutputBusy as error:  # another writer holds an output
+        raise Failure(str(error), EX_CANTCREAT) from None
     except FileExistsError as error:
         raise Failure(f"{_os_message(error)}; pass --overwrite to replace it", EX_CANTCREAT) from None
     except SchedulerUnreachable as error:

@@ -21,7 +21,14 @@ from dpgm.cli.connection import (
 from dpgm.cli.entry import cli
 from dpgm.cli.failures import EX_CANTCREAT, EX_NOT_CONVERGED, Failure, errors
 from dpgm.cli.options import fit_progress, progress
-from dpgm.cli.outputs import check_output, check_plot, save_model, save_plot, write_text_atomically
+from dpgm.cli.outputs import (
+    check_output,
+    check_plot,
+    claimed,
+    save_model,
+    save_plot,
+    write_text_atomically,
+)
 
 
 @cli.command()
@@ -83,19 +90,21 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         # a checkpoint of other data or another specification is refused before the cluster starts
         check_checkpoint(model, ds, chosen or _default_method(model), options,
                          extra={"specification": _spec_fingerprint(parsed, method)})
-        with cluster(scheduler, scheduler_file, workers) as client:
-            start = time.perf_counter()
-            with cluster_performance_report(performance_report):
-                result = run(model, ds, method=chosen, client=client, progress=fit_progress(), **options)
-            seconds = time.perf_counter() - start
-        save_model(result.model, out, result=result, data=data, seconds=seconds)
-        click.echo(result.summary())
-        click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
-        if plot_path:
-            save_plot(result, plot_path)
-        if report:
-            payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
-            write_text_atomically(report, json.dumps(payload, indent=2, default=float))
+        # one writer per output, claimed before any pass: a second fit to the same --out or --checkpoint exits 73
+        with claimed("--out", out, overwrite=overwrite), claimed("--checkpoint", checkpoint, folder=True):
+            with cluster(scheduler, scheduler_file, workers) as client:
+                start = time.perf_counter()
+                with cluster_performance_report(performance_report):
+                    result = run(model, ds, method=chosen, client=client, progress=fit_progress(), **options)
+                seconds = time.perf_counter() - start
+            save_model(result.model, out, result=result, data=data, seconds=seconds)
+            click.echo(result.summary())
+            click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
+            if plot_path:
+                save_plot(result, plot_path)
+            if report:
+                payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
+                write_text_atomically(report, json.dumps(payload, indent=2, default=float))
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
 
@@ -135,6 +144,6 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
     with errors():
         model = load(model_path)
         ds = open_dataset(data, storage_options=storage_options())
-        with cluster(scheduler, scheduler_file, workers) as client:
+        with claimed("DATA", data, folder=True), cluster(scheduler, scheduler_file, workers) as client:
             result = predict_proba(model, ds, variable, write=True, name=name, client=client, progress=progress())
     click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")

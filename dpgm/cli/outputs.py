@@ -1,11 +1,12 @@
-"""Outputs of the ``dpgm`` command: checked before any work, written under a temporary name and
-renamed when complete, so a failed or interrupted command leaves none half-written."""
+"""Outputs of the ``dpgm`` command: checked before any work, claimed for the whole command (one writer
+per output: a second one exits 73 naming the first), written under a temporary name or beside the old
+one and swapped in when complete, so a failed or interrupted command leaves none half-written and
+never loses the output it was replacing."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,7 @@ def check_output(option: str, path: str | os.PathLike[str] | None, *, overwrite:
     for given in inputs:
         if given is not None and not is_remote(given) and Path(os.path.abspath(given)) == target:
             raise Failure(f"{option} {os.fspath(path)!r} is also an input: it would be overwritten", EX_CANTCREAT)
+    _check_lock(option, path, target, overwrite=overwrite, folder=folder)
     if target.exists() or target.is_symlink():
         if folder and not target.is_dir():
             raise Failure(f"{option} {os.fspath(path)!r} exists and is not a folder", EX_CANTCREAT)
@@ -53,6 +55,45 @@ def check_output(option: str, path: str | os.PathLike[str] | None, *, overwrite:
     except OSError as error:
         raise Failure(f"{option} {os.fspath(path)!r}: cannot create a file in {str(probe_in)!r}: "
                       f"{error.strerror or error}", EX_CANTCREAT) from None
+
+
+def _check_lock(option: str, given, target: Path, *, overwrite: bool, folder: bool) -> None:
+    """A writer holding the output, or one that died leaving it unfinished: refused (73) naming it, before
+    the shorter "exists" answer. The claim itself comes after (:func:`claimed`); this is its early word."""
+    from dpgm.data.claim import holder, lock_path, refusal
+
+    other = holder(target)
+    if other is not None:
+        why = refusal(target, other, lock_path(target), overwrite=overwrite, take_stale=folder)
+        if why is not None:
+            raise Failure(f"{option} {os.fspath(given)!r} {why}", EX_CANTCREAT)
+
+
+@contextlib.contextmanager
+def claimed(option: str, path: str | os.PathLike[str] | None, *, overwrite: bool = False, folder: bool = False,
+            remove_created: bool = False) -> Iterator[None]:
+    """Hold the output ``path`` for the whole command (:func:`dpgm.data.claim.claim`): another writer of it
+    exits 73 naming this one. ``folder``: a folder continued by later runs (--checkpoint), whose stale lock
+    is taken over. ``remove_created``: a store written in place (generate, convert) is removed again if the
+    command fails or is interrupted, but only if this run created it (one killed outright stays marked
+    incomplete, its lock stale)."""
+    from dpgm.data.claim import OutputBusy, claim, remove
+
+    if path is None:
+        yield
+        return
+    options = click.get_current_context().meta.get("dpgm.storage_options")
+    with contextlib.ExitStack() as stack:
+        try:
+            held = stack.enter_context(claim(path, overwrite=overwrite, take_stale=folder, storage_options=options))
+        except OutputBusy as error:
+            raise Failure(f"{option} {os.fspath(path)!r} {error.why}", EX_CANTCREAT) from None
+        try:
+            yield
+        except BaseException:
+            if remove_created and not held.existed:
+                remove(held.path, options)
+            raise
 
 
 def _temporary_sibling(path: Path, suffix: str = "") -> Path:
@@ -77,48 +118,36 @@ def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path`` to write a file or store into; on success it replaces
-    ``path`` (an existing one is removed only once the new one is complete), on failure it is removed."""
+    ``path`` (an existing store by one exchange, :func:`dpgm.data.claim.swap`, then deleted), on failure
+    it is removed."""
+    from dpgm.data.claim import remove, swap
+
     target = Path(path)
     pending = _temporary_sibling(target, suffix)
     try:
         yield pending
         if target.is_dir() and not target.is_symlink():
-            old = _temporary_sibling(target, ".old")
-            os.replace(target, old)
-            os.replace(pending, target)
-            shutil.rmtree(old, ignore_errors=True)
+            swap(str(pending), str(target))
         else:
             os.replace(pending, target)
     except BaseException:
-        if pending.is_dir():
-            shutil.rmtree(pending, ignore_errors=True)
-        else:
-            pending.unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def removed_on_failure(path: str | os.PathLike[str]) -> Iterator[None]:
-    """A store written in place (generate, convert): removed again if its writer fails or is interrupted,
-    so no half-written store is left behind (one killed outright stays marked incomplete)."""
-    target = Path(path)
-    try:
-        yield
-    except BaseException:
-        if not is_remote(path) and target.is_dir():
-            shutil.rmtree(target, ignore_errors=True)
+        remove(str(pending))
         raise
 
 
 def save_model(model, out: str, *, result=None, data: str | None = None, seconds: float | None = None) -> None:
-    """Save under a temporary name next to ``out``, then rename (a remote store is written in place; its
-    completion marker, set last, tells a finished store from a partial one). With ``result`` (the
-    FitResult), the store keeps a record of the fit (:func:`fit_record`; ``dpgm info`` shows it)."""
+    """Save under a temporary name next to ``out``, then rename (a remote store is written beside the old one
+    and copied over it in the order :mod:`dpgm.data.claim` documents; its completion marker, set last, tells a
+    finished store from a partial one). With ``result`` (the FitResult), the store keeps a record of the fit
+    (:func:`fit_record`; ``dpgm info`` shows it)."""
+    from dpgm.data.claim import writing
     from dpgm.models.saving import save
 
     fit = None if result is None else fit_record(result, data, seconds)
     if is_remote(out):
-        save(model, out, mode="w", fit=fit)
+        options = click.get_current_context().meta.get("dpgm.storage_options")
+        with writing(out, mode="w", storage_options=options) as target:
+            save(model, target, mode="w-", fit=fit, storage_options=options)
         return
     with replacing(out) as pending:
         save(model, pending, mode="w-", fit=fit)

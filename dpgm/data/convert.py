@@ -43,7 +43,7 @@ import math
 import operator
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ from dpgm.errors import DataError
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["convert", "default_chunk_rows"]
+__all__ = ["convert", "default_chunk_rows", "input_variables"]
 
 _CSV = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".csv.bz2", ".csv.zst")
 _PARQUET = (".parquet", ".pq")
@@ -222,6 +222,20 @@ def _read_block(block: _Block, storage_options: dict | None):
     return _read_csv(pa.BufferReader(header + body), names, delimiter)
 
 
+def _header(path: str, storage_options: dict | None) -> list[str]:
+    """The column names of an input file (its header line, its Parquet schema), read on the driver."""
+    import fsspec
+
+    if path.endswith(_PARQUET):
+        import pyarrow.parquet as pq
+
+        with fsspec.open(path, "rb", **(storage_options or {})) as handle:
+            return list(map(str, pq.ParquetFile(handle).schema_arrow.names))
+    delimiter = "\t" if path.endswith((".tsv", ".tsv.gz")) else ","
+    with fsspec.open(path, "rb", compression="infer", **(storage_options or {})) as handle:
+        return _csv_names(handle, delimiter, path)[1]
+
+
 def _text_of(array):
     """Values of another type as the text pandas would print (bool: "True"), for labels."""
     import pyarrow as pa
@@ -294,6 +308,9 @@ def _discover(block: _Block, storage_options: dict | None, missing: Missing, lab
     """Pass 1 on one block: its rows, its column names, and each column's :class:`Summary`
     (float columns get labels only if ``labelled`` names them)."""
     table = _read_block(block, storage_options)
+    twice = sorted({str(n) for n in table.column_names if table.column_names.count(n) > 1})
+    if twice:
+        raise DataError(f"{block.path!r} has the column {twice[0]!r} twice")
     columns = {str(name): _column(table.column(name), missing, with_labels=str(name) in labelled).summary()
                for name in table.column_names}
     return {"rows": table.num_rows, "names": list(map(str, table.column_names)), "columns": columns}
@@ -400,6 +417,7 @@ def convert(
     na_values: Sequence[str] = (),
     label_order: str = "sorted",
     weight: str | None = None,
+    rename: Mapping[str, str] | None = None,
     mode: str = "w-",
     storage_options: dict[str, Any] | None = None,
     blocksize: int | None = 64 * 2**20,
@@ -435,8 +453,14 @@ def convert(
         ``"appearance"`` (order of first appearance in the input).
     weight
         Column of frequency weights (a column named ``weight`` is taken as weights too).
+    rename
+        ``{column: variable}``: the names the input's columns take in the store (the other
+        options name input columns). A column named ``row`` or with a name the store cannot
+        hold (``/``, dots only, ``__...``) is refused until renamed.
     mode
-        ``"w-"`` refuses to overwrite, ``"w"`` overwrites.
+        ``"w-"`` refuses to overwrite, ``"w"`` writes the new store beside the existing one and
+        replaces it only once complete (:func:`dpgm.data.claim.writing`): a failed conversion
+        leaves the old store as it was.
     storage_options
         Passed to fsspec, for the input and the store.
     blocksize
@@ -457,7 +481,8 @@ def convert(
     Raises
     ------
     DataError
-        Before anything is written: a column of numbers except for a few text tokens
+        Before anything is written: a column name that cannot be a variable (``row``, ``/``,
+        dots only, twice in the input, a second weight column), a column of numbers except for a few text tokens
         (naming the column, its first rows holding them, their chunk and the tokens),
         text in a column named continuous or in the weights, too many states, files
         whose columns differ, or no rows.
@@ -465,18 +490,48 @@ def convert(
         An unknown ``label_order``, or a column named both categorical and continuous.
     FileNotFoundError
         No such file, or no input files in a directory or glob.
+    FileExistsError
+        ``target`` exists and ``mode`` is ``"w-"``; :class:`~dpgm.data.claim.OutputBusy` if another
+        writer holds it.
     """
+    from dpgm.data.claim import location, writing
+    from dpgm.data.io import open_dataset
+
+    categorical, continuous, missing, label_order = check_options(categorical, continuous, na_values, label_order)
+    source, target = os.fspath(source), location(target)
+    files = _files(source, storage_options)
+    variables = input_variables(files[0], rename=rename, weight=weight, storage_options=storage_options)
+    with writing(target, mode=mode, storage_options=storage_options) as where:
+        _convert(files, where, variables, chunk_rows=chunk_rows, categorical=categorical, continuous=continuous,
+                 missing=missing, label_order=label_order, storage_options=storage_options, blocksize=blocksize,
+                 client=client, progress=progress, source=source)
+    return open_dataset(target, storage_options=storage_options)
+
+
+def input_variables(source: str | os.PathLike[str], *, rename: Mapping[str, str] | None = None,
+                    weight: str | None = None, storage_options: dict[str, Any] | None = None) -> dict[str, str]:
+    """The variable each column of ``source`` (its first file's header) becomes in :func:`convert`'s store,
+    refusing, before any pass, names that cannot be stored and columns that would clash
+    (:func:`dpgm.data.names.check_columns`)."""
+    from dpgm.data.names import check_columns
+
+    first = _files(os.fspath(source), storage_options)[0]
+    return check_columns(_header(first, storage_options), rename=rename, weight=weight)
+
+
+def _convert(files: list[str], target: str, variables: dict[str, str], *, chunk_rows: int | None,
+             categorical: frozenset | Sequence[str], continuous: frozenset | Sequence[str], missing: Missing,
+             label_order: str, storage_options: dict | None, blocksize: int | None, client: Client | None,
+             progress: bool, source: str) -> None:
+    """The two passes of :func:`convert` into the new store ``target`` (claimed), marked complete last."""
     import dask
     import dask.array as dsa
 
     from dpgm.cluster import compute
     from dpgm.data.integrity import mark_complete
-    from dpgm.data.io import open_dataset, write_dataset
+    from dpgm.data.io import create_store
     from dpgm.data.manifest import merge_digests, merge_tree
 
-    categorical, continuous, missing, label_order = check_options(categorical, continuous, na_values, label_order)
-    source, target = os.fspath(source), os.fspath(target)
-    files = _files(source, storage_options)
     blocks = _blocks(files, blocksize, storage_options)
     labelled = frozenset(categorical)
     found = compute(dask.delayed(list)([dask.delayed(_discover, pure=True)(
@@ -499,9 +554,9 @@ def convert(
     offsets = np.cumsum([0] + [r["rows"] for r in found])
     plan: dict[str, Plan] = {}
     for name in names:  # decided from the whole first pass: the same whatever the blocks
-        is_weight = name == WEIGHT or name == weight
+        is_weight = variables[name] == WEIGHT
         summary = Summary.merge([r["columns"][name] for r in found], offsets[:-1], name)
-        plan[name] = decide(name, summary, variable=WEIGHT if is_weight else name,
+        plan[name] = decide(name, summary, variable=variables[name],
                             categorical=name in categorical, continuous=name in continuous, weight=is_weight,
                             label_order=label_order, chunk_rows=chunk_rows)
     report = ConversionReport(tuple(p.report for p in plan.values()))
@@ -509,8 +564,7 @@ def convert(
         p.variable: xr.Variable(ROW, dsa.zeros(n_rows, dtype=_dtype(p), chunks=chunk_rows),
                                 attrs=state_attrs(p.labels, _dtype(p)) if p.labels is not None else {})
         for p in plan.values()}, attrs={REPORT: report.to_attrs()})
-    write_dataset(template, target, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options,
-                  compute=False)  # metadata only, marked incomplete; the chunk writes below are dpgm's
+    create_store(template, target, chunk_rows, storage_options)  # metadata only, marked incomplete
     written = []
     run = uuid.uuid4().hex
     for index, block in enumerate(blocks):
@@ -525,7 +579,6 @@ def convert(
     digests = compute(merge_tree(edges + [dask.delayed(operator.getitem)(w, "digests") for w in written],
                                  merge_digests, "dpgm-convert-digests", run), client=client, progress=progress)
     mark_complete(target, storage_options, digests=digests)  # last: after every chunk; the manifest from the digests
-    return open_dataset(target, storage_options=storage_options)
 
 
 def _dtype(plan: Plan) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from dpgm.data.claim import claim, location, writing
 from dpgm.data.columns import ZarrStore
 from dpgm.data.integrity import COMPLETE, check_complete, checksum_codec, mark_complete
 from dpgm.data.kinds import (
@@ -34,6 +35,7 @@ from dpgm.data.manifest import (
     dropped_records,
 )
 from dpgm.data.manifest_store import open_store
+from dpgm.data.names import check_columns, check_variables, pandas_rename
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
 from dpgm.errors import DataError, DpgmWarning
 
@@ -99,10 +101,11 @@ def open_dataset(
     path = os.fspath(path_or_url)
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"no dataset at {path!r}")
+    where = location(path)  # absolute: workers running in another folder read the same store
     chunks: Any = {} if chunk_rows is None else {ROW: int(chunk_rows)}
     context = _quiet_zarr()
     try:
-        store = open_store(path, storage_options)  # every Zarr read of it is held to its manifest, once checked
+        store = open_store(where, storage_options)  # every Zarr read of it is held to its manifest, once checked
         ds = xr.open_zarr(
             store,
             consolidated=False,
@@ -126,7 +129,7 @@ def open_dataset(
     for key in (MANIFEST, SCHEMA):  # they describe this store's files: never copied to another store's
         ds.attrs.pop(key, None)
     ds.encoding["dpgm_store"] = ZarrStore(
-        path=path,
+        path=where,
         storage_options=storage_options,
         names={str(v): ds.variables[v].data.name for v in ds.data_vars},
         token=uuid.uuid4().hex,
@@ -231,7 +234,8 @@ def write_dataset(
     chunk_rows
         Rows per Zarr chunk (and per Dask chunk on write).
     mode
-        ``"w-"`` refuses to overwrite (default), ``"w"`` overwrites.
+        ``"w-"`` refuses to overwrite (default), ``"w"`` replaces an existing store
+        once the new one is complete.
     storage_options
         Passed to fsspec for URLs.
     compute
@@ -241,18 +245,44 @@ def write_dataset(
     Raises
     ------
     DataError
-        The dataset is not in dpgm's format.
+        The dataset is not in dpgm's format, or a variable's name cannot be stored
+        (``/``, dots only, ``__...``: :func:`dpgm.data.names.problem`).
+    FileExistsError
+        The store exists and ``mode`` is ``"w-"``; :class:`~dpgm.data.claim.OutputBusy`
+        (a ``FileExistsError``) if another writer holds it.
 
     Notes
     -----
     The store is created marked incomplete (``dpgm_complete: false``) and marked
     complete only after its last chunk is written, so a write killed midway
-    leaves a store that :func:`open_dataset` refuses.
+    leaves a store that :func:`open_dataset` refuses. The output is claimed for
+    the write (:mod:`dpgm.data.claim`: a second writer is refused); ``mode="w"``
+    over an existing store writes the new one beside it and swaps the two only
+    once it is complete, so a failed write leaves the old store as it was (with
+    ``compute=False`` an existing store is refused: the swap could not wait for
+    the chunks).
     """
     Schema.from_dataset(ds)
+    check_variables(map(str, ds.data_vars), "dataset variable", hint="ds.rename({old: new})")
     chunk_rows = int(chunk_rows)
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+    with writing(path, mode=mode, storage_options=storage_options) as target:
+        if not compute and target != location(path):
+            raise ValueError(f"mode='w' with compute=False cannot replace the existing store {os.fspath(path)!r} "
+                             "safely; write with compute=True, or remove it first")
+        written = create_store(ds, target, chunk_rows, storage_options, compute=compute)
+        if compute:
+            mark_complete(target, storage_options)
+    if compute:
+        return written
+    return _then(written, _mark_complete, target, storage_options)
+
+
+def create_store(ds: xr.Dataset, target: str, chunk_rows: int, storage_options: dict[str, Any] | None, *,
+                 compute: bool = False):
+    """Create the store ``target`` (which must not exist: claimed by :func:`dpgm.data.claim.writing`) marked
+    incomplete; with ``compute`` write the chunks too. The caller marks it complete after its last chunk."""
     out = ds.copy()
     out.attrs = {**ds.attrs, "dpgm_schema_version": SCHEMA_VERSION, "variables": list(map(str, ds.data_vars)),
                  COMPLETE: False}
@@ -262,9 +292,9 @@ def write_dataset(
         array.encoding = {}
     context = _quiet_zarr()
     try:
-        written = out.to_zarr(
-            os.fspath(path),
-            mode=mode,
+        return out.to_zarr(
+            target,
+            mode="w-",
             zarr_format=3,
             consolidated=False,
             encoding=zarr_encoding(out, chunk_rows),
@@ -273,10 +303,6 @@ def write_dataset(
         )
     finally:
         context.__exit__(None, None, None)
-    if compute:
-        mark_complete(path, storage_options)
-        return written
-    return _then(written, _mark_complete, os.fspath(path), storage_options)
 
 
 def _then(written: Any, finish: Any, *args: Any):
@@ -329,9 +355,19 @@ def add_variables(
     DataError
         A name already taken (without ``overwrite``), or a row count that differs.
     """
+    if not compute:
+        return _add_variables(new, path, overwrite, storage_options, compute=False)
+    # one writer at a time; a writer that died is taken over (the store is checked when opened)
+    with claim(path, take_stale=True, storage_options=storage_options):
+        return _add_variables(new, path, overwrite, storage_options, compute=True)
+
+
+def _add_variables(new: xr.Dataset, path: str | os.PathLike[str], overwrite: bool,
+                   storage_options: dict[str, Any] | None, *, compute: bool):
     import zarr
 
     existing = open_dataset(path, storage_options=storage_options)
+    path = location(path)
     taken = sorted(set(map(str, new.data_vars)) & set(map(str, existing.data_vars)))
     if taken and not overwrite:
         raise DataError(f"variables {taken} already exist in {os.fspath(path)!r}; pass overwrite=True")
@@ -441,6 +477,7 @@ def from_pandas(
         raise DataError(f"columns {unknown} are not in the frame; columns: {names}")
     if weight is not None and weight not in df.columns:
         raise DataError(f"weight column {weight!r} not in the frame; columns: {names}")
+    check_columns(names, weight=None if weight is None else str(weight), how=pandas_rename)
     data_vars = {}
     report = []
     for column in df.columns:

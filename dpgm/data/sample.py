@@ -13,9 +13,11 @@ import xarray as xr
 import zarr
 
 from dpgm.cluster import compute
+from dpgm.data.claim import location, writing
 from dpgm.data.integrity import mark_complete
-from dpgm.data.io import _quiet_zarr, open_dataset, write_dataset
+from dpgm.data.io import _quiet_zarr, create_store, open_dataset
 from dpgm.data.manifest import merge_digests, merge_tree, stored_digests
+from dpgm.data.names import check_variables
 from dpgm.data.schema import ROW, SCHEMA_VERSION, smallest_code_dtype, state_attrs
 
 if TYPE_CHECKING:  # the sampler reads a network's variables, parents and tables; models sit above data
@@ -80,6 +82,37 @@ def _write_chunk(
     return digests
 
 
+def _write(sampler: _Sampler, n_rows: int, path: str, storage_options: dict | None, attrs: dict, seed: int,
+           missing: float, chunk_rows: int, client: Client | None, progress: bool | str) -> None:
+    """Create the store ``path`` (claimed), one task per chunk writes its rows, then mark it complete."""
+    template = xr.Dataset(
+        {
+            v: xr.Variable(ROW, da.full(n_rows, -1, dtype=sampler.dtypes[i], chunks=chunk_rows), attrs=attrs[v])
+            for i, v in enumerate(sampler.variables)
+        }
+    )
+    create_store(template, path, chunk_rows, storage_options)  # metadata only, marked incomplete
+    starts = list(range(0, n_rows, chunk_rows))
+    # writes are side effects: keys unique to this run (never skipped as results of an earlier one)
+    token = dask.base.tokenize(path, seed, missing, chunk_rows, n_rows, uuid.uuid4().hex)
+    shared = dask.delayed(sampler, pure=True, traverse=False, name=f"dpgm-generate-model-{token}")
+    tasks = [
+        dask.delayed(_write_chunk, pure=True)(
+            shared, path, storage_options, i, s, min(s + chunk_rows, n_rows), seed, missing,
+            dask_key_name=(f"dpgm-generate-{token}", i),
+        )
+        for i, s in enumerate(starts)
+    ]
+    context = _quiet_zarr()
+    try:
+        digests = compute(merge_tree(tasks, merge_digests, "dpgm-generate-digests", token), client=client,
+                          progress=progress)
+    finally:
+        context.__exit__(None, None, None)
+    # after every chunk task returned: a failed run leaves it unmarked; the tasks' digests make the manifest
+    mark_complete(path, storage_options, digests=digests)
+
+
 def sample_bayesian_network(
     model: BayesianNetwork,
     n_rows: int,
@@ -118,7 +151,8 @@ def sample_bayesian_network(
     progress
         Show a progress bar.
     mode
-        ``"w-"`` refuses to overwrite an existing store, ``"w"`` overwrites.
+        ``"w-"`` refuses to overwrite an existing store; ``"w"`` writes the new store beside it and
+        replaces it only once complete (:func:`dpgm.data.claim.writing`).
     storage_options
         Passed to fsspec for URLs.
 
@@ -155,30 +189,8 @@ def sample_bayesian_network(
             for i, v in enumerate(sampler.variables)
         }
         return xr.Dataset(data_vars, attrs={"dpgm_schema_version": SCHEMA_VERSION})
-    path = os.fspath(path)
-    template = xr.Dataset(
-        {
-            v: xr.Variable(ROW, da.full(n_rows, -1, dtype=sampler.dtypes[i], chunks=chunk_rows), attrs=attrs[v])
-            for i, v in enumerate(sampler.variables)
-        }
-    )
-    write_dataset(template, path, chunk_rows=chunk_rows, mode=mode, storage_options=storage_options, compute=False)
-    # writes are side effects: keys unique to this run (never skipped as results of an earlier one)
-    token = dask.base.tokenize(path, seed, missing, chunk_rows, n_rows, uuid.uuid4().hex)
-    shared = dask.delayed(sampler, pure=True, traverse=False, name=f"dpgm-generate-model-{token}")
-    tasks = [
-        dask.delayed(_write_chunk, pure=True)(
-            shared, path, storage_options, i, s, min(s + chunk_rows, n_rows), seed, missing,
-            dask_key_name=(f"dpgm-generate-{token}", i),
-        )
-        for i, s in enumerate(starts)
-    ]
-    context = _quiet_zarr()
-    try:
-        digests = compute(merge_tree(tasks, merge_digests, "dpgm-generate-digests", token), client=client,
-                          progress=progress)
-    finally:
-        context.__exit__(None, None, None)
-    # after every chunk task returned: a failed run leaves it unmarked; the tasks' digests make the manifest
-    mark_complete(path, storage_options, digests=digests)
+    check_variables(sampler.variables, "network variable", hint="rename it in the network")
+    path = location(path)  # absolute: workers running in another folder write the same store
+    with writing(path, mode=mode, storage_options=storage_options) as target:
+        _write(sampler, n_rows, target, storage_options, attrs, seed, missing, chunk_rows, client, progress)
     return open_dataset(path, storage_options=storage_options)
