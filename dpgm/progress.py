@@ -81,6 +81,23 @@ def check_progress(progress: Any) -> bool | None:
     raise ConfigTypeError(f"progress must be None (on in an interactive session), True or False, got {progress!r}")
 
 
+def _logged_to_stderr(level: int) -> bool:
+    """Whether a handler on the ``dpgm`` logger's chain writes records of ``level`` to stderr.
+
+    Handlers that write elsewhere (a file, pytest's capture, a log service) do not count:
+    the progress line still goes to stderr then.
+    """
+    streams = {id(sys.stderr), id(sys.__stderr__)}
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (isinstance(handler, logging.StreamHandler) and id(getattr(handler, "stream", None)) in streams
+                    and level >= handler.level):
+                return True
+        current = current.parent if current.propagate else None
+    return False
+
+
 class LineHandler(logging.StreamHandler):
     """A stream handler that writes through ``tqdm.write``: a log line never breaks a bar on the same stream."""
 
@@ -418,8 +435,8 @@ class FitProgress:
         logger.log(level, message)
         if self.display is None or not show or level < logging.INFO:
             return
-        if logger.isEnabledFor(level) and logger.hasHandlers():
-            return  # the logger prints it
+        if logger.isEnabledFor(level) and _logged_to_stderr(level):
+            return  # a handler of the user's already prints it on stderr
         if self.display == "bar":
             self._tqdm().write(message, file=sys.stderr)
         else:

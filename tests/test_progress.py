@@ -247,6 +247,33 @@ def test_python_fit_with_progress_writes_iteration_lines_to_stderr(tmp_path, cap
     assert any(re.search(r"dpgm: pass dpgm-estep finished", line) for line in lines)  # without a client too
 
 
+def test_progress_reaches_stderr_when_other_handlers_log_elsewhere(tmp_path, capfd):
+    """An earlier in-process CLI call (its handler on that call's stderr) and a file handler on the
+    ``dpgm`` logger at INFO must not swallow the fit's lines on this stderr; the file gets them too."""
+    from click.testing import CliRunner
+
+    from dpgm.cli.entry import cli
+
+    store = _asia_store(tmp_path)
+    assert CliRunner().invoke(cli, ["info", str(store)]).exit_code == 0
+    capfd.readouterr()
+    log = logging.getLogger("dpgm")
+    to_file = logging.FileHandler(tmp_path / "fit.log")
+    log.addHandler(to_file)
+    try:
+        data = dpgm.open_dataset(store)
+        model = dpgm.latent_class_model({v: dpgm.Schema.from_dataset(data).states[v] for v in OBSERVED}, 2)
+        result = dpgm.fit(model, data, method="em", n_init=2, random_state=0, tol=1e-6, max_iter=100,
+                          progress=True)
+    finally:
+        log.removeHandler(to_file)
+        to_file.close()
+    report = result.to_dict()
+    _check_iteration_lines(_check_batch_log(capfd.readouterr().err), report)
+    logged = [line for line in (tmp_path / "fit.log").read_text().splitlines() if line.startswith("iteration ")]
+    assert len(logged) == report["n_iter"]
+
+
 def test_python_fit_logs_one_info_record_per_iteration_and_each_restart_at_debug(tmp_path, caplog, capfd):
     store = _asia_store(tmp_path)
     data = dpgm.open_dataset(store)

@@ -190,10 +190,7 @@ def _until(condition, timeout: float, message: str, root: Path) -> None:
 
 
 # A latent class model whose EM converges after 375 iterations (~0.07 s each on one worker
-# with a checkpoint on a quiet machine, ~25 s in all): stopped ~15 s into a two-minute
-# allocation (DPGM_STOP_BEFORE_END=105), i.e. after ~150 iterations once the cluster is up, and
-# finished in the next one or two allocations; on a loaded machine in more allocations of ~28 s,
-# which the wait allows for.
+# with a checkpoint on a quiet machine, ~25 s in all).
 LCA = """\
 model: latent_class
 n_classes: 3
@@ -223,9 +220,47 @@ def _assert_same_model(path: Path, expected) -> None:
         np.testing.assert_array_equal(fitted.cpds[variable].values, cpd.values, err_msg=variable)
 
 
+def _wait_for_line(path: Path, pattern: str, job_id: str, slurm: Slurm, timeout: float) -> re.Match:
+    """The first match of ``pattern`` in the job's log, waiting for it (while the job lives)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(pattern, path.read_text()) if path.exists() else None
+        if found:
+            return found
+        if slurm.job(job_id)["JobState"] in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}:
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"no {pattern!r} in the job's log:\n" + (path.read_text()[-3000:] if path.exists() else ""))
+
+
+def _job_logs(folder: Path) -> str:
+    logs = [folder / "job.out", *sorted(folder.glob("dpgm-*/run-*/*.log"))]
+    return "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in logs if p.exists())
+
+
+def test_sbatch_job_stops_before_its_time_limit(slurm, asia):
+    """The script's timer reads the job's end time from Slurm and stops the fit DPGM_STOP_BEFORE_END
+    seconds before it: a fit that would run for ever (tol 1e-300) stops with exit 75 well before Slurm's
+    own kill at two minutes (which would leave the job TIMEOUT), and without --checkpoint it says it
+    does not requeue."""
+    folder = _shared_folder(slurm, "time-limit")
+    spec = folder / "lca.yaml"
+    spec.write_text(LCA.replace("max_iter: 500", "max_iter: 1000000").replace("tol: 4.0e-9", "tol: 1.0e-300"))
+    job_id = slurm.sbatch("--time=2", "--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
+                          folder / "model.zarr", cwd=folder, env={"DPGM_STOP_BEFORE_END": "90"})
+    job = slurm.wait(job_id, timeout=240)
+    log = (folder / "job.out").read_text()
+    assert job["JobState"] == "FAILED" and job["ExitCode"] == "75:0", _job_logs(folder)
+    assert "time limit near" in log and "no --checkpoint: nothing to resume from; not requeued" in log, log
+    assert int(job["Restarts"]) == 0, log
+    assert not (folder / "model.zarr").exists()
+
+
 def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, asia):
-    """Near the time limit the script stops the fit, exits 75 and requeues the job; the next
-    allocation resumes from the checkpoint and ends with the fit of an uninterrupted run."""
+    """Told the time limit is near (USR1 to the batch shell, as the timer above does), the script stops
+    the fit, exits 75 and requeues the job; the next allocation resumes from the checkpoint and ends with
+    the fit of an uninterrupted run. The test sends the signal once the fit is past iteration 10, so the
+    stop falls mid-fit however fast or loaded the machine."""
     folder = _shared_folder(slurm, "requeue")
     spec = folder / "lca.yaml"
     spec.write_text(LCA)
@@ -235,29 +270,26 @@ def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, as
     expected = dpgm.fit(model, ds, method=method, **options)
     assert expected.converged and expected.n_iter == 375
     start = time.monotonic()
-    # two tasks: the scheduler and one worker; the script stops the fit 105 s before the end: ~15 s in
-    job_id = slurm.sbatch("--time=2", "--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
-                          folder / "model.zarr", "--checkpoint", folder / "checkpoint", cwd=folder,
-                          env={"DPGM_STOP_BEFORE_END": "105"})
+    # two tasks: the scheduler and one worker
+    job_id = slurm.sbatch("--time=10", "--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
+                          folder / "model.zarr", "--checkpoint", folder / "checkpoint", cwd=folder)
+    _wait_for_line(folder / "job.out", r"dpgm: iteration 1\d ", job_id, slurm, timeout=300)
+    slurm.run("scancel", "--batch", "--signal=USR1", job_id)
     try:
         job = slurm.wait(job_id, timeout=480)
     except AssertionError as error:  # show what the job did: its log and its steps' logs
-        logs = [folder / "job.out", *sorted(folder.glob("dpgm-*/run-*/*.log"))]
-        raise AssertionError("\n".join([str(error), *(f"--- {p}\n{p.read_text()[-3000:]}" for p in logs if p.exists())])) from error
+        raise AssertionError(f"{error}\n{_job_logs(folder)}") from error
     elapsed = time.monotonic() - start
     log = (folder / "job.out").read_text()
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log
-    assert int(job["Restarts"]) >= 1, log
-    allocations = log.split("dpgm-fit.sbatch: exit 75")
-    assert len(allocations) == int(job["Restarts"]) + 1, log
-    for stopped in allocations[:-1]:
-        assert "time limit near" in stopped and f"requeued job {job_id}" in stopped, log
-    for resumed in allocations[1:]:
-        assert "resuming from the checkpoint" in resumed, log
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", _job_logs(folder)
+    assert int(job["Restarts"]) == 1, log
+    stopped, resumed = log.split("dpgm-fit.sbatch: exit 75")
+    assert "time limit near" in stopped and f"requeued job {job_id}" in stopped, log
+    assert "resuming from the checkpoint" in resumed, log
     # the first allocation got some way, the next went on from there (not from 1)
-    first_last = max(int(i) for i in re.findall(r"dpgm: iteration (\d+) ", allocations[0]))
-    second_first = min(int(i) for i in re.findall(r"dpgm: iteration (\d+) ", allocations[1]))
-    assert 1 < first_last < expected.n_iter and second_first > 1, (first_last, second_first)
+    first_last = max(int(i) for i in re.findall(r"dpgm: iteration (\d+) ", stopped))
+    second_first = min(int(i) for i in re.findall(r"dpgm: iteration (\d+) ", resumed))
+    assert 10 <= first_last < expected.n_iter and second_first > 1, (first_last, second_first)
     _assert_same_model(folder / "model.zarr", expected.model)
     # every allocation: scheduler, worker and dashboards on the node's address, free ports
     for run in range(int(job["Restarts"]) + 1):
@@ -268,8 +300,7 @@ def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, as
         assert re.search(r"dashboard at:\s+http://127\.0\.0\.1:\d+", scheduler_log), scheduler_log
         assert re.search(r"Start worker at:\s+tcp://127\.0\.0\.1:\d+", workers_log), workers_log
         assert re.search(r"dashboard at:\s+127\.0\.0\.1:\d+", workers_log), workers_log
-    print(f"requeue: {job['Restarts']} requeue(s), first stop after iteration {first_last}, "
-          f"resumed at {second_first}, {elapsed:.0f} s in all")
+    print(f"requeue: first stop after iteration {first_last}, resumed at {second_first}, {elapsed:.0f} s in all")
 
 
 def test_sbatch_job_fails_fast_when_the_scheduler_step_dies(slurm, asia):

@@ -52,10 +52,15 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     # INFO by default: a fit's iteration lines, the passes' lines in batch logs; -v each restart's record
     # too; -q warnings only
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    if not logger.handlers:
-        from dpgm.cli.options import log_handler
+    from dpgm.cli.options import log_handler
 
-        logger.addHandler(log_handler())
+    # one handler of the CLI's own, on the stderr of this invocation (a second in-process call replaces it)
+    for old in [h for h in logger.handlers if getattr(h, "dpgm_cli", False)]:
+        logger.removeHandler(old)
+    if not logger.handlers:
+        handler = log_handler()
+        handler.dpgm_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
         logger.setLevel(level)
 
 
