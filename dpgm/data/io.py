@@ -113,12 +113,16 @@ def open_dataset(
             mask_and_scale=False,
             decode_times=False,
         )
+        version = _zarr_format(store)
     except FileNotFoundError:
         raise
     except Exception as error:  # unreadable metadata (truncated, not JSON, not Zarr v3)
         raise DataError(f"cannot open {path!r} as a Zarr dataset: {_one_line(error)}") from None
     finally:
         context.__exit__(None, None, None)
+    if version != 3:  # whatever the installed Zarr still reads: dpgm's checksums and manifest are v3's
+        raise DataError(f"{path!r} is a Zarr v{version} store; dpgm reads the Zarr v3 stores it writes: rewrite it "
+                        "with dpgm.write_dataset(xarray.open_zarr(path), new_path) or dpgm convert")
     check_complete(ds.attrs, path, "dataset")
     ds = _listed_variables(ds, path)
     chunks = check_records(ds.attrs, path, storage_options, map(str, ds.variables))
@@ -146,6 +150,13 @@ def _check_loaded(ds: xr.Dataset, path: str, storage_options: dict[str, Any] | N
         if not hasattr(variable.data, "dask") and str(name) in chunks:
             record = chunks[str(name)]
             check_chunks(files, record, record.all_chunks())
+
+
+def _zarr_format(store: Any) -> int:
+    """The Zarr format version of the group at ``store`` (2 or 3)."""
+    import zarr
+
+    return int(zarr.open_group(store, mode="r").metadata.zarr_format)
 
 
 def _one_line(error: BaseException) -> str:
