@@ -412,7 +412,8 @@ def _checkpoint(tmp_path, client):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
         dpgm.fit(structure, data, method="em", max_iter=2, random_state=0, checkpoint=tmp_path / "ckpt")
-    return tmp_path / "ckpt" / (tmp_path / "ckpt" / "LATEST").read_text().strip() / "model-0.zarr"
+    name = (tmp_path / "ckpt" / "LATEST").read_text().split("\n", 1)[0].strip()  # its first line: the iteration
+    return tmp_path / "ckpt" / name / "model-0.zarr"
 
 
 WRITERS = [_write_dataset, _write_dataset_lazily, _convert, _convert_parquet_blocks, _generate, _add_variables,
