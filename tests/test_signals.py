@@ -158,7 +158,7 @@ def check_interrupted(outcome: Outcome, signum: int, *, quiet: bool = True, chec
     latest = checkpoint / "LATEST" if checkpoint is not None else None
     if outcome.code == 75:
         assert latest is not None and latest.exists(), line
-        done = int(latest.read_text().strip().rsplit("-", 1)[-1])
+        done = int(latest.read_text().split("\n", 1)[0].strip().rsplit("-", 1)[-1])  # line 2: its digest
         assert f"iteration {done}" in line and "--resume" in line, line
     else:
         assert outcome.code == CODES[signum], (outcome.code, outcome.stderr)
@@ -483,7 +483,7 @@ def test_checkpointed_fit_interrupted_then_resumed_is_the_uninterrupted_fit(tmp_
 
     def latest() -> int:
         with contextlib.suppress(OSError, ValueError):
-            return int((checkpoint / "LATEST").read_text().strip().rsplit("-", 1)[-1])
+            return int((checkpoint / "LATEST").read_text().split("\n", 1)[0].strip().rsplit("-", 1)[-1])
         return 0
 
     assert job.wait_until(lambda: latest() >= 3)
