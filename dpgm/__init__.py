@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from dpgm.models.mixture import GaussianMixture
     from dpgm.models.store import load
     from dpgm.networks import available_networks, load_network
-    from dpgm.stats import Counts, Moments, counts, moments
+    from dpgm.stats import Counts, Moments
+    from dpgm.stats.counts import counts
+    from dpgm.stats.moments import moments
 
 _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm --help` stay fast
     "available_networks": "dpgm.networks",
@@ -51,7 +53,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "ConversionReport": "dpgm.data.kinds",
     "convert": "dpgm.data.convert",
     "Counts": "dpgm.stats",
-    "counts": "dpgm.stats",
+    "counts": "dpgm.stats.counts",
     "DataError": "dpgm.errors",
     "DpgmWarning": "dpgm.errors",
     "fit": "dpgm.api",
@@ -78,7 +80,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "marginals": "dpgm.inference",
     "MarkovNetwork": "dpgm.models.markov",
     "Moments": "dpgm.stats",
-    "moments": "dpgm.stats",
+    "moments": "dpgm.stats.moments",
     "open_dataset": "dpgm.data",
     "predict": "dpgm.api.glm_predict",
     "predict_proba": "dpgm.api",

@@ -33,5 +33,5 @@ def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, c
         return statistics
 
     run = irls(step, labels=plan.labels, penalty=plan.penalty, tol=tol, max_iter=max_iter,
-               closed_form=plan.design.family == "gaussian", callback=callback)
+               closed_form=plan.design.glm.closed_form, callback=callback)
     return glm_result(plan, run, tol=tol)

@@ -42,30 +42,15 @@ def glm_design(model: GLMConditional, schema: Schema) -> Design:
             terms.append(p)
     child = schema[model.child]
     values, n_classes = None, 0
-    if model.family == "categorical":
-        if not child.categorical:
-            raise DataError("the categorical family needs a categorical child; this one is continuous "
-                            "(family='gaussian' or 'poisson'?)", variable=model.child)
-        n_classes = child.cardinality
-        if n_classes < 2:
-            raise DataError(f"a categorical child needs at least two states, has {list(child.states or ())}",
-                            variable=model.child)
-    elif model.family == "gaussian" and child.categorical:
-        raise DataError(f"the gaussian family needs a continuous child; this one is categorical with states "
-                        f"{list(child.states or ())} (family='categorical'?)", variable=model.child)
-    elif model.family == "bernoulli" and child.categorical:
-        if child.cardinality != 2:
-            raise DataError(f"a bernoulli child needs exactly two states (the second is the event), has "
-                            f"{list(child.states or ())}; family='categorical' fits more", variable=model.child)
-        values = (0.0, 1.0)
-    elif model.family == "poisson" and child.categorical:
+    family = model.glm
+    if child.categorical:
         try:
-            values = tuple(float(s) for s in child.states or ())
-        except ValueError:
-            raise DataError(f"a poisson child holds counts; its states {list(child.states or ())} are not "
-                            "numbers", variable=model.child) from None
-        if any(v < 0 or not math.isfinite(v) for v in values):
-            raise DataError("a poisson child must be nonnegative", variable=model.child)
+            values = family.child_values(tuple(child.states or ()))
+        except ValueError as error:
+            raise DataError(str(error), variable=model.child) from None
+        n_classes = child.cardinality if family.multiclass else 0
+    elif family.continuous_child_problem():
+        raise DataError(family.continuous_child_problem(), variable=model.child)
     return Design(model.child, model.family, tuple(parents), tuple(terms), values, n_classes)
 
 
@@ -86,7 +71,7 @@ def plan_glm(model: GLMConditional, schema: Schema) -> GLMPlan:
     design = glm_design(model, schema)
     labels = list(design.terms)
     states: list[str] = []
-    if design.family == "categorical":
+    if design.glm.multiclass:
         states = list(schema[model.child].states or ())[1:]
         labels = [f"{model.child}={s}: {t}" for s in states for t in design.terms]
     penalty = np.tile(np.r_[0.0, np.full(design.n_terms - 1, model.l2)], max(design.n_classes - 1, 1))
@@ -107,7 +92,7 @@ def check_first_pass(plan: GLMPlan, statistics: dict, missing: str) -> None:
 def node(plan: GLMPlan, *, tol: float, max_iter: int, callback=None) -> IRLSNode:
     """The driver's IRLS state for one planned GLM node."""
     return IRLSNode(labels=plan.labels, penalty=plan.penalty, tol=tol, max_iter=max_iter,
-                    closed_form=plan.design.family == "gaussian", callback=callback)
+                    closed_form=plan.design.glm.closed_form, callback=callback)
 
 
 def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float) -> FitResult:
@@ -117,7 +102,7 @@ def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float) -> FitResult:
     n, p = float(statistics["n"]), len(beta)
     scale = 1.0
     covariance = run.covariance
-    if design.family == "gaussian":
+    if design.glm.has_scale:
         rss = float(statistics["deviance"])  # at beta, from the residuals (see IRLSNode)
         deviance, scale = rss, rss / n
         if n <= p:
@@ -128,7 +113,7 @@ def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float) -> FitResult:
     else:
         deviance, loglik = float(statistics["deviance"]), float(statistics["loglik"])
     errors = np.sqrt(np.clip(np.diag(covariance), 0.0, None))
-    if design.family == "categorical":
+    if design.glm.multiclass:
         shape, dims = (len(states), design.n_terms), ("state", "term")
         coords = {"term": list(design.terms), "state": states}
         coefficients = xr.DataArray(beta.reshape(shape), dims=dims, coords=coords).transpose("term", "state")
@@ -144,7 +129,7 @@ def glm_result(plan: GLMPlan, run: IRLSResult, *, tol: float) -> FitResult:
                         df=int(round(n)) - p, info={"n_missing": float(statistics["missing"]), "scale": scale,
                                                     "covariance": covariance}, warn=False)
     separated = float(statistics.get("separated", 0.0))
-    if design.family in ("bernoulli", "categorical") and separated > 0:
+    if design.glm.has_states and separated > 0:
         # perfect or quasi-complete separation: rows fitted with probability ~0 or 1, coefficients run off
         slopes = np.abs(beta) * (np.arange(p) % design.n_terms != 0)
         worst = labels[int(np.argmax(slopes))]

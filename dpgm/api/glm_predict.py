@@ -93,7 +93,7 @@ def prediction_design(conditional: GLMConditional, schema: Schema) -> tuple[Desi
     if unknown:
         raise DataError(f"the fitted terms {unknown} have no counterpart in the data's parents (other states?); "
                         f"the data's terms: {terms}", variable=conditional.child)
-    n_classes = c.sizes.get("state", 0) + 1 if conditional.family == "categorical" else 0
+    n_classes = c.sizes.get("state", 0) + 1 if conditional.glm.multiclass else 0
     coefficients = np.stack(rows).T.ravel()  # state-major: each class's coefficients over the terms
     return Design(conditional.child, conditional.family, tuple(parents), tuple(terms), None, n_classes), coefficients
 
@@ -104,11 +104,11 @@ def glm_probabilities(model: GLMConditional | HybridNetwork, data: xr.Dataset, v
     from dpgm.stats.glm_predict import glm_prediction_map
 
     conditional = fitted_conditional(model, variable)
-    if conditional.family in ("gaussian", "poisson"):
+    if not conditional.glm.has_states:
         raise TypeError(f"{conditional.child!r} is a {conditional.family} child: it has no state probabilities; "
                         "dpgm.predict gives its mean")
     design, coefficients = prediction_design(conditional, Schema.from_dataset(data))
-    if conditional.family == "bernoulli":
+    if not conditional.glm.multiclass:
         labels = list(conditional.child_states or ("0", "1"))
     else:
         later = [str(s) for s in conditional.coefficients.coords["state"].values]
@@ -174,7 +174,7 @@ def predict(
     conditional = fitted_conditional(model, variable)
     child = conditional.child
     attrs: dict = {"predicted_from": list(conditional.parents)}
-    if conditional.family in ("gaussian", "poisson"):
+    if not conditional.glm.has_states:
         design, coefficients = prediction_design(conditional, Schema.from_dataset(data))
         values = glm_prediction_map(data, design, coefficients, 1)[:, 0]
     else:

@@ -87,7 +87,7 @@ def _mstep(plan: LatentPlan, plans: dict[str, GLMPlan], previous: dict | None, s
         for z, part in enumerate(stats["glm"][node]):
             old = None if previous is None else (previous["glm"][node]["beta"][z] if by_state
                                                  else previous["glm"][node]["beta"])
-            if design.family != "gaussian":
+            if not design.glm.closed_form:
                 beta, _ = solve_normal_equations(part["xtwx"], part["xtwz"], glm_plan.penalty, glm_plan.labels)
                 betas.append(beta)
                 scales.append(1.0)
@@ -126,12 +126,12 @@ def _labelled(model: HybridNetwork, plan: LatentPlan, plans: dict[str, GLMPlan],
         for s, part in enumerate(last):
             _, factor = solve_normal_equations(part["xtwx"], part["xtwz"], glm_plan.penalty, glm_plan.labels)
             covariance = scipy.linalg.cho_solve(factor, np.eye(design.n_coefficients))
-            scale = float(np.atleast_1d(glm["scale"])[s]) if design.family == "gaussian" else 1.0
+            scale = float(np.atleast_1d(glm["scale"])[s]) if design.glm.has_scale else 1.0
             errors.append(np.sqrt(np.clip(np.diag(covariance) * scale, 0.0, None)))
         dims: tuple[str, ...] = ("term",)
         coords: dict = {"term": list(design.terms)}
         shape: tuple[int, ...] = (design.n_terms,)
-        if design.family == "categorical":
+        if design.glm.multiclass:
             dims, shape = ("state", "term"), (design.n_classes - 1, design.n_terms)
             coords["state"] = glm_plan.states
         if by_state:
@@ -142,7 +142,7 @@ def _labelled(model: HybridNetwork, plan: LatentPlan, plans: dict[str, GLMPlan],
             standard_errors = coefficients.copy(data=errors[0].reshape(shape))
         order = [d for d in ("term", "state", z) if d in coefficients.dims]
         scale = glm["scale"]
-        by = xr.DataArray(scale, dims=z, coords={z: states}) if by_state and design.family == "gaussian" else None
+        by = xr.DataArray(scale, dims=z, coords={z: states}) if by_state and design.glm.has_scale else None
         conditional = model.glm(node).with_parameters(
             coefficients.transpose(*order), standard_errors.transpose(*order),
             scale=float(np.mean(scale)), scale_by_state=by,

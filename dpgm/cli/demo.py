@@ -42,7 +42,7 @@ def demo(rows, network, latent, em_rows, plot_path, scheduler, scheduler_file, w
     from dpgm.data.sample import sample_bayesian_network
     from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.networks import load_network
-    from dpgm.stats import counts as run
+    from dpgm.stats.counts import counts as run
 
     model = load_network(network)
     with errors(), tempfile.TemporaryDirectory() as folder, cluster(scheduler, scheduler_file, workers) as client:

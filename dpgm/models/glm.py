@@ -15,23 +15,9 @@ from typing import Any
 
 import xarray as xr
 
+from dpgm.glm_families import FAMILIES, GLMFamily, canonical_family, glm_family
+
 __all__ = ["FAMILIES", "GLMConditional", "canonical_family"]
-
-FAMILIES = ("gaussian", "bernoulli", "poisson", "categorical")
-_ALIASES = {"logistic": "bernoulli", "binomial": "bernoulli", "multinomial": "categorical",
-            "multinomial_logit": "categorical", "normal": "gaussian"}
-_LINKS = {"gaussian": "identity", "bernoulli": "logit", "poisson": "log", "categorical": "multinomial logit"}
-
-
-def canonical_family(family: str) -> str:
-    """The family's name in :data:`FAMILIES` (``"logistic"`` -> ``"bernoulli"``, ``"multinomial"`` -> ``"categorical"``)."""
-    if not isinstance(family, str):
-        raise TypeError(f"family must be a string, got {family!r}")
-    name = _ALIASES.get(family.lower(), family.lower())
-    if name not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; expected one of {list(FAMILIES)} "
-                         f"(aliases: {sorted(_ALIASES)})")
-    return name
 
 
 class GLMConditional:
@@ -109,7 +95,12 @@ class GLMConditional:
     @property
     def link(self) -> str:
         """The canonical link of the family."""
-        return _LINKS[self.family]
+        return self.glm.link
+
+    @property
+    def glm(self) -> GLMFamily:
+        """The family object (:mod:`dpgm.glm_families`): link, mean, variance, log-likelihood."""
+        return glm_family(self.family)
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -132,7 +123,7 @@ class GLMConditional:
         """Coefficients, plus the residual variance of the gaussian family."""
         if self.coefficients is None:
             raise ValueError("the conditional has no coefficients yet: fit it with dpgm.fit(conditional, data)")
-        return int(self.coefficients.size) + (self.family == "gaussian")
+        return int(self.coefficients.size) + self.glm.has_scale
 
     def with_parameters(self, coefficients: xr.DataArray, standard_errors: xr.DataArray, *, scale: float = 1.0,
                         deviance: float | None = None,
@@ -179,7 +170,7 @@ class GLMConditional:
         lines = [head]
         if self.deviance is not None:
             lines.append(f"  deviance {self.deviance:.6f}" + (f"   scale {self.scale:.6g}"
-                                                                if self.family == "gaussian" else ""))
+                                                                if self.glm.has_scale else ""))
         coefficients, errors = self.coefficients, self.standard_errors
         blocks = ([(None, coefficients, errors)] if "state" not in coefficients.dims else
                   [(s, coefficients.sel(state=s), errors.sel(state=s)) for s in coefficients.coords["state"].values])

@@ -158,7 +158,7 @@ class HybridNetwork:
         count = sum((t.shape[0] - 1) * math.prod(t.shape[1:]) for t in self.tables.values())
         for c in self.conditionals.values():
             count += c.n_free_parameters()
-            if c.family == "gaussian" and c.coefficients is not None and c.coefficients.ndim > 1:
+            if c.glm.has_scale and c.coefficients is not None and c.coefficients.ndim > 1:
                 count += math.prod(c.coefficients.shape[1:]) - 1  # one variance per latent state
         return count
 

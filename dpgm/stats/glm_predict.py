@@ -14,7 +14,6 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from scipy.special import expit
 
 from dpgm.data.columns import ZarrColumns, zarr_columns
 from dpgm.stats.irls import Design
@@ -41,17 +40,8 @@ def predict_block(columns: dict[str, np.ndarray], design: Design, beta: np.ndarr
             keep &= ~np.isnan(values)
             x[:, col] = np.where(np.isnan(values), 0.0, values)
             col += 1
-    if design.family == "categorical":
-        eta = np.zeros((n, design.n_classes))
-        eta[:, 1:] = x @ beta.reshape(design.n_classes - 1, design.n_terms).T
-        out = np.exp(eta - np.logaddexp.reduce(eta, axis=1, keepdims=True))
-    else:
-        eta = x @ beta
-        if design.family == "bernoulli":
-            p = expit(eta)
-            out = np.column_stack([1 - p, p])
-        else:
-            out = (eta if design.family == "gaussian" else np.exp(eta))[:, None]
+    family = design.glm
+    out = family.predictions(family.linear_predictor(x, beta, design.n_classes))
     out[~keep] = np.nan
     return out
 

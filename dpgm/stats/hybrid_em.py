@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.special import gammaln
 
 from dpgm.errors import DataError
 from dpgm.stats.engine import map_reduce
@@ -55,17 +54,8 @@ class LatentPlan:
 
 def row_loglik(x: np.ndarray, y: np.ndarray, beta: np.ndarray, scale: float, design: Design) -> np.ndarray:
     """Each row's log-density of its response under the GLM with coefficients ``beta``."""
-    if design.family == "categorical":
-        coefficients = beta.reshape(design.n_classes - 1, design.n_terms)
-        eta = np.zeros((len(y), design.n_classes))
-        eta[:, 1:] = x @ coefficients.T
-        return eta[np.arange(len(y)), y] - np.logaddexp.reduce(eta, axis=1)
-    eta = x @ beta
-    if design.family == "gaussian":
-        return -0.5 * (math.log(2 * math.pi * scale) + (y - eta) ** 2 / scale)
-    if design.family == "bernoulli":
-        return y * eta - np.logaddexp(0.0, eta)
-    return y * eta - np.exp(eta) - gammaln(y + 1)
+    family = design.glm
+    return family.row_loglik(y, family.linear_predictor(x, beta, design.n_classes), scale)
 
 
 def _random_posteriors(columns: dict[str, np.ndarray], names: list[str], k: int, seed: int) -> np.ndarray:
@@ -139,7 +129,7 @@ def latent_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, plan: 
                 rw = weighted[:, z] if by_state else w
                 beta = None if glm is None else (glm["beta"][z] if by_state else glm["beta"])
                 part = irls_statistics(x, y, rw, beta, design)
-                if design.family == "gaussian" and beta is None:
+                if design.glm.has_scale and beta is None:  # the residual variance's start
                     part["yy"] = float(rw @ (y * y))
                 parts.append(part)
             stats["glm"][node] = parts

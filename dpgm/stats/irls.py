@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.special import expit, gammaln, xlogy
 
 from dpgm.errors import DataError
+from dpgm.glm_families import GLMFamily, glm_family
 from dpgm.stats.engine import map_reduce
 
 if TYPE_CHECKING:
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = ["Design", "irls_pass"]
-
-# |eta| beyond which a logistic probability is within 1e-13 of 0 or 1: rows fitted "perfectly"
-SEPARATED_ETA = 30.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +67,11 @@ class Design:
     terms: tuple[str, ...]
     child_values: tuple[float, ...] | None = None
     n_classes: int = 0
+
+    @property
+    def glm(self) -> GLMFamily:
+        """The family object (:mod:`dpgm.glm_families`)."""
+        return glm_family(self.family)
 
     @property
     def n_terms(self) -> int:
@@ -119,7 +121,7 @@ def design_matrix(columns: dict[str, np.ndarray], design: Design, index: int
             x[:, col] = values
             col += 1
     y = take(child)
-    if design.family == "categorical":
+    if design.glm.multiclass:
         y = y.astype(np.intp)
     elif design.child_values is not None:
         y = np.asarray(design.child_values)[y.astype(np.intp)]
@@ -127,11 +129,9 @@ def design_matrix(columns: dict[str, np.ndarray], design: Design, index: int
         y = y.astype(np.float64)
         if np.isinf(y).any():
             raise DataError("holds an infinite value (NaN marks a missing one)", variable=design.child, chunk=index)
-        if design.family == "bernoulli" and ((y < 0) | (y > 1)).any():
-            raise DataError("a bernoulli child must lie in [0, 1] (or be a two-state categorical variable)",
-                            variable=design.child, chunk=index)
-        if design.family == "poisson" and (y < 0).any():
-            raise DataError("a poisson child must be nonnegative", variable=design.child, chunk=index)
+        problem = design.glm.response_problem(y)
+        if problem:
+            raise DataError(problem, variable=design.child, chunk=index)
     return x, y, take(weights), missing
 
 
@@ -145,11 +145,12 @@ def irls_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, design: 
 def irls_statistics(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: np.ndarray | None,
                     design: Design) -> dict[str, Any]:
     """``X'WX``, ``X'Wz``, log-likelihood, deviance and ``n`` of complete rows at ``beta`` (``None``: the start)."""
-    if design.family == "categorical":
+    family = design.glm
+    if family.multiclass:
         return _multinomial_chunk(x, y, w, beta, design) | {"n": float(w.sum())}
     loglik = deviance = separated = 0.0
     gradient = None
-    if design.family == "gaussian":
+    if family.closed_form:
         weight, wz = w, w * y
         if beta is not None:  # residuals at beta: the refinement step and the RSS keep their digits
             residual = y - x @ beta
@@ -157,22 +158,16 @@ def irls_statistics(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: np.ndarra
             gradient = x.T @ (w * residual)
     else:
         if beta is None:  # statsmodels' start: mu between y and its middle value
-            mu = (y + 0.5) / 2 if design.family == "bernoulli" else y + 0.5
-            eta = np.log(mu / (1 - mu)) if design.family == "bernoulli" else np.log(mu)
+            mu, eta = family.start(y)
         else:
             eta = x @ beta
-            mu = expit(eta) if design.family == "bernoulli" else np.exp(eta)
-        variance = mu * (1 - mu) if design.family == "bernoulli" else mu
+            mu = family.mean(eta)
+        variance = family.variance(mu)
         weight, wz = w * variance, w * (variance * eta + y - mu)
         if beta is not None:
-            if design.family == "bernoulli":
-                loglik = float(w @ (y * eta - np.logaddexp(0.0, eta)))  # exact where mu rounds to 0 or 1
-                saturated = float(w @ (xlogy(y, y) + xlogy(1 - y, 1 - y)))
-                separated = float(w[np.abs(eta) > SEPARATED_ETA].sum())
-            else:
-                loglik = float(w @ (y * eta - mu - gammaln(y + 1)))
-                saturated = float(w @ (xlogy(y, y) - y - gammaln(y + 1)))
-            deviance = 2.0 * (saturated - loglik)
+            loglik = float(w @ family.row_loglik(y, eta))
+            separated = family.separated(eta, w)
+            deviance = 2.0 * (family.saturated(y, w) - loglik)
     xtwx = (x * weight[:, None]).T @ x
     out = {"xtwx": xtwx, "xtwz": x.T @ wz, "loglik": loglik, "deviance": deviance, "separated": separated,
            "n": float(w.sum())}
