@@ -27,7 +27,7 @@ from typing import Any
 
 from dpgm.algorithms.result import FitResult
 
-__all__ = ["Kind", "Method", "kind_named", "kind_of", "kind_of_spec", "kinds"]
+__all__ = ["Kind", "Method", "kind_named", "kind_of", "kinds", "spec_names"]
 
 # keyword arguments every fit function takes besides its options (dpgm.fit passes them)
 COMMON_ARGUMENTS = ("client", "progress")
@@ -159,14 +159,6 @@ def kind_named(name: str) -> Kind:
         if kind.name == name:
             return kind
     raise KeyError(name)
-
-
-def kind_of_spec(spec_name: str) -> Kind:
-    """The kind a specification's ``model:`` value builds (KeyError if none)."""
-    for kind in kinds():
-        if spec_name in kind.spec_names:
-            return kind
-    raise KeyError(spec_name)
 
 
 def spec_names() -> MappingProxyType:

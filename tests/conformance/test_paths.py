@@ -21,6 +21,8 @@ import pytest
 import dpgm
 from dpgm.api.kinds import kind_of
 from dpgm.errors import DataError
+from dpgm.models.description import describe
+from dpgm.models.store import _kinds
 
 from .builders import CASE_IDS, CASES, assert_same_parameters, case_named
 
@@ -69,6 +71,8 @@ def test_zarr_on_two_worker_processes_equals_memory_and_the_dashboard_follows_it
 
 @pytest.mark.parametrize("spec_name", CASE_IDS)
 def test_save_then_load_gives_the_same_parameters_bit_for_bit(spec_name, tmp_path):
+    """``save`` then ``dpgm.load`` (and the registry's ``Kind.load``): every table and number exactly; ``dpgm
+    info``'s description names the kind and its free parameters."""
     case = case_named(spec_name)
     fitted = _quiet_fit(case.model(), case.data(), **case.options).model
     fitted.save(str(tmp_path / "model.zarr"))
@@ -76,8 +80,11 @@ def test_save_then_load_gives_the_same_parameters_bit_for_bit(spec_name, tmp_pat
     assert type(loaded) is type(fitted)
     assert_same_parameters(fitted, loaded, rtol=0, atol=0)
     kind = kind_of(fitted)
-    assert kind.name in dpgm.models.store._kinds()  # dpgm.load knows every registered kind
+    assert kind.name in _kinds()  # dpgm.load knows every registered kind
     assert_same_parameters(fitted, kind.load(*_tables(tmp_path / "model.zarr")), rtol=0, atol=0)
+    described = describe(loaded)  # what `dpgm info` shows of the saved model
+    assert described["kind"] == kind.name and described["fitted"]
+    assert described["n_params"] == fitted.n_free_parameters()
 
 
 def _tables(path):

@@ -133,3 +133,29 @@ def test_the_registry_declares_what_each_kind_can_do(kind):
     assert ("predict_proba" in kind.passes) == (kind.predict_proba is not None)
     if kind.predict is not None:
         assert "predict" in kind.passes
+
+
+@pytest.mark.parametrize("spec_name", CASE_IDS)
+def test_predictions_are_offered_exactly_where_the_registry_declares_them(spec_name):
+    """``dpgm.predict`` and ``dpgm.predict_proba`` of a fitted model: a TypeError naming the kinds that have them
+    where the kind declares none; otherwise one row of values per data row (the variable: the case's, or the
+    latent one)."""
+    case = case_named(spec_name)
+    data = case.data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        fitted = dpgm.fit(case.model(), data, **case.options).model
+    kind = kind_of(fitted)
+    variable = {"latent_class": "class", "gaussian_mixture": "component", "glm": "y", "hybrid_network": "x",
+                "hmm": "obs"}.get(spec_name, case.variable)
+    if kind.predict is None:
+        with pytest.raises(TypeError, match="predict needs"):
+            dpgm.predict(fitted, data, variable)
+    if kind.predict_proba is None:
+        with pytest.raises(TypeError, match="predict_proba needs"):
+            dpgm.predict_proba(fitted, data, variable)
+        return
+    if spec_name in ("glm", "hybrid_network"):  # a gaussian node: a mean, no state probabilities
+        assert dpgm.predict(fitted, data, variable).shape == (data.sizes["row"],)
+        return
+    assert dpgm.predict_proba(fitted, data, variable).shape[0] == data.sizes["row"]
