@@ -96,20 +96,17 @@ from dpgm.errors import ConfigError
 
 __all__ = ["SpecError", "build_model", "drop_variables", "read_spec"]
 
-# the keys that describe each kind of model; every other key is an option of dpgm.fit, checked
-# against the option table of the (model kind, method) in dpgm.api.checks
-STRUCTURE_KEYS = {
-    "bayesian_network": ("model", "method", "edges", "network", "variables", "latent"),
-    "markov_network": ("model", "method", "cliques"),
-    "log_linear": ("model", "method", "margins"),
-    "latent_class": ("model", "method", "n_classes", "observed", "variable"),
-    "hmm": ("model", "method", "n_states", "symbols", "variable"),
-    "gaussian_graphical": ("model", "method", "edges", "cliques", "variables"),
-    "gaussian_mixture": ("model", "method", "n_components", "variables", "covariance_type"),
-    "linear_gaussian": ("model", "method", "edges", "variables"),
-    "glm": ("model", "method", "child", "parents", "family"),  # and l2, the model's ridge penalty
-    "hybrid_network": ("model", "method", "edges", "families", "variables", "latent"),
-}
+
+
+def structure_keys() -> dict[str, tuple[str, ...]]:
+    """Each specification name -> the keys that describe its model (:attr:`dpgm.api.kinds.Kind.spec_names`);
+    every other key is an option of :func:`dpgm.fit`, checked against the registry's schema of the
+    (model kind, method)."""
+    from dpgm.api.kinds import spec_names
+
+    return dict(spec_names())
+
+
 _CONTINUOUS_KINDS = ("gaussian_graphical", "gaussian_mixture", "linear_gaussian")
 # options a specification cannot hold: they are the command line's (--checkpoint, --resume)
 _COMMAND_LINE_OPTIONS = {"checkpoint": "--checkpoint", "resume": "--resume"}
@@ -195,7 +192,7 @@ def build_model(
     override = method
     model, method, options = _build(spec, states, continuous)
     method = override or method
-    from dpgm.api.checks import check_fit_options
+    from dpgm.api.options import check_fit_options
 
     try:
         check_fit_options(model, method, options, given=list(options))
@@ -236,15 +233,16 @@ def _check_types(spec: dict[str, Any], kind: str) -> None:
 
 def _options(spec: dict[str, Any], kind: str) -> dict[str, Any]:
     """The specification's options (its keys other than the kind's structure keys), numbers read."""
-    options = {k: v for k, v in spec.items() if k not in STRUCTURE_KEYS[kind]}
+    keys = structure_keys()
+    options = {k: v for k, v in spec.items() if k not in keys[kind]}
     for key, flag in _COMMAND_LINE_OPTIONS.items():
         if key in options:
             raise SpecError(f"{key!r} cannot be set in a specification: use the command line's {flag}")
-    for other, keys in STRUCTURE_KEYS.items():
-        misplaced = [k for k in options if k in keys]
+    for other, theirs in keys.items():
+        misplaced = [k for k in options if k in theirs]
         if misplaced:
             raise SpecError(f"{misplaced[0]!r} is a key of a {other} specification, not of a {kind} "
-                            f"(its keys: {list(STRUCTURE_KEYS[kind])} and fit options)")
+                            f"(its keys: {list(keys[kind])} and fit options)")
     for key in _REAL_OPTIONS:
         if isinstance(options.get(key), str):
             with contextlib.suppress(ValueError):
@@ -258,12 +256,11 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
     from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.networks import load_network
 
-    kind = spec["model"]
+    kind, known = spec["model"], list(structure_keys())
     if not isinstance(kind, str):
-        raise SpecError(f"'model' must be the name of a model kind (a string), got {kind!r}; expected one of "
-                        f"{list(STRUCTURE_KEYS)}")
-    if kind not in STRUCTURE_KEYS:
-        raise SpecError(f"unknown model kind {kind!r}; expected one of {list(STRUCTURE_KEYS)}")
+        raise SpecError(f"'model' must be the name of a model kind (a string), got {kind!r}; expected one of {known}")
+    if kind not in known:
+        raise SpecError(f"unknown model kind {kind!r}; expected one of {known}")
     _check_types(spec, kind)
     options = _options(spec, kind)
     method = spec.get("method")
@@ -336,7 +333,7 @@ def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
     if kind in ("glm", "hybrid_network"):
         latent = kind == "hybrid_network" and bool(spec.get("latent"))
         return _build_glm(spec, kind, states, options), method or ("em" if latent else None), options
-    raise AssertionError(kind)  # pragma: no cover - every kind of STRUCTURE_KEYS is built above
+    raise AssertionError(kind)  # pragma: no cover - every specification name of the registry is built above
 
 
 def _pairs(spec: dict[str, Any], key: str, kind: str, size: int | None) -> list[tuple[str, ...]]:

@@ -8,28 +8,10 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 from dpgm.algorithms.result import FitResult
-from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
-from dpgm.api.checks import check_checkpoint, check_fit_options, check_sizes
-from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
-from dpgm.api.glm import fit_glm
-from dpgm.api.hmm import fit_hmm
-from dpgm.api.hybrid import fit_hybrid
-from dpgm.api.hybrid_em import fit_hybrid_em
-from dpgm.api.log_linear import fit_log_linear
-from dpgm.api.markov import fit_markov_network
-from dpgm.api.mixture import fit_gaussian_mixture
+from dpgm.api.kinds import kind_of
+from dpgm.api.options import check_checkpoint, check_fit_options, check_sizes
 from dpgm.api.predict import predict_proba
 from dpgm.api.sources import open_source
-from dpgm.api.undirected_em import fit_undirected_em
-from dpgm.models.bayesian_network import BayesianNetwork
-from dpgm.models.gaussian import GaussianGraphicalModel
-from dpgm.models.glm import GLMConditional
-from dpgm.models.hmm import HiddenMarkovModel
-from dpgm.models.hybrid import HybridNetwork
-from dpgm.models.linear_gaussian import LinearGaussianNetwork
-from dpgm.models.log_linear import LogLinearModel
-from dpgm.models.markov import MarkovNetwork
-from dpgm.models.mixture import GaussianMixture
 from dpgm.progress import FitProgress
 
 if TYPE_CHECKING:
@@ -146,9 +128,9 @@ def fit(
         data = from_table(data)  # EM reads rows: a table's cells become weighted rows
     watch = FitProgress.start(progress, method=resolved, tol=tol)  # every pass and record told to it
     told = watch.watch(callback)
-    reporter = _reporter(model, data, method, client, told)
+    reporter = _reporter(model, data, resolved, client, told)
     try:
-        result = _dispatch(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=watch,
+        result = _dispatch(model, data, resolved, tol=tol, max_iter=max_iter, client=client, progress=watch,
                            callback=told if reporter is None else reporter, **options)
     except BaseException as error:
         watch.fail(error)
@@ -166,12 +148,9 @@ def _reporter(model, data, method, client, callback):
     """On a cluster, a callback that also logs every iteration for the dashboard's ``/dpgm`` page.
 
     ``None`` without a distributed client (given or default) or for a method without
-    iterations; see :mod:`dpgm.dashboard`.
+    iterations (:attr:`dpgm.api.kinds.Method.iterative`); see :mod:`dpgm.dashboard`.
     """
-    defaults = [(HiddenMarkovModel, "em"), (MarkovNetwork, "ipf"), (LogLinearModel, "lbfgs"),
-                (GaussianMixture, "em"), (HybridNetwork, "mle")]
-    iterative = method or next((name for kind, name in defaults if isinstance(model, kind)), None)
-    if iterative is None or (isinstance(model, BayesianNetwork) and iterative != "em"):
+    if not kind_of(model).methods[method].iterative:
         return None
     try:
         from dpgm.cluster import current_client
@@ -181,52 +160,12 @@ def _reporter(model, data, method, client, callback):
         if client is None or getattr(client, "asynchronous", False) or client.status != "running":
             return None
         rows = data.sizes.get("row") if isinstance(data, xr.Dataset) else None
-        return FitReporter(client, iterative, type(model).__name__, rows, callback)
+        return FitReporter(client, method, type(model).__name__, rows, callback)
     except Exception:  # watching a fit must never stop it
         return None
 
 
-def _dispatch(model, data, method, *, tol, max_iter, client, progress, callback, **options) -> FitResult:
-    if isinstance(model, BayesianNetwork):
-        if method == "em":
-            return fit_bayesian_network_em(model, data, tol=tol, max_iter=max_iter, client=client,
-                                            progress=progress, callback=callback, **options)
-        return fit_bayesian_network(model, data, method or "mle", client=client, progress=progress, **options)
-    if isinstance(model, HiddenMarkovModel):
-        if method not in (None, "em"):
-            raise ValueError(f"a HiddenMarkovModel is fitted by method='em' (Baum-Welch), not {method!r}")
-        return fit_hmm(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                        callback=callback, **options)
-    if isinstance(model, MarkovNetwork | LogLinearModel) and method == "em":
-        return fit_undirected_em(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                                  callback=callback, **options)
-    if isinstance(model, MarkovNetwork):
-        return fit_markov_network(model, data, method or "ipf", tol=tol, max_iter=max_iter, client=client,
-                                   progress=progress, callback=callback, **options)
-    if isinstance(model, LogLinearModel):
-        return fit_log_linear(model, data, method or "lbfgs", tol=tol, max_iter=max_iter, client=client,
-                               progress=progress, callback=callback, **options)
-    if isinstance(model, GaussianGraphicalModel):
-        return fit_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                            callback=callback, **options)
-    if isinstance(model, LinearGaussianNetwork):
-        return fit_linear_gaussian(model, data, method, tol=tol, max_iter=max_iter, client=client,
-                                   progress=progress, callback=callback, **options)
-    if isinstance(model, GLMConditional):
-        return fit_glm(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                       callback=callback, **options)
-    if isinstance(model, HybridNetwork) and method == "em":
-        return fit_hybrid_em(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                             callback=callback, **options)
-    if isinstance(model, HybridNetwork):
-        return fit_hybrid(model, data, method, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                          callback=callback, **options)
-    if isinstance(model, GaussianMixture):
-        if method not in (None, "em"):
-            raise ValueError(f"a GaussianMixture is fitted by method='em', not {method!r}")
-        return fit_gaussian_mixture(model, data, tol=tol, max_iter=max_iter, client=client, progress=progress,
-                                    callback=callback, **options)
-    raise TypeError(
-        f"cannot fit a {type(model).__name__}; expected a BayesianNetwork, MarkovNetwork, LogLinearModel, "
-        "HiddenMarkovModel, GaussianGraphicalModel, LinearGaussianNetwork, GaussianMixture or GLMConditional"
-    )
+def _dispatch(model, data, method: str, *, tol, max_iter, client, progress, callback, **options) -> FitResult:
+    """Run the registered fit function of ``model``'s kind and ``method`` (checked by :func:`check_fit_options`)."""
+    return kind_of(model).methods[method].run(model, data, method, tol=tol, max_iter=max_iter, client=client,
+                                               progress=progress, callback=callback, **options)

@@ -169,8 +169,12 @@ def predict(
     >>> np.round(dpgm.predict(glm, dpgm.from_pandas(rows.head(2))).values, 6)
     array([1., 3.])
     """
+    from dpgm.api.kinds import kind_of, kinds
     from dpgm.stats.glm_predict import glm_prediction_map
 
+    if kind_of(model).predict is None:
+        raise TypeError(f"predict needs a fitted model of one of {[k.name for k in kinds() if k.predict]}, got a "
+                        f"{type(model).__name__}; dpgm.predict_proba gives a discrete model's posteriors")
     conditional = fitted_conditional(model, variable)
     child = conditional.child
     attrs: dict = {"predicted_from": list(conditional.parents)}

@@ -196,7 +196,29 @@ class HybridEM:
 
     def vector(self, params: dict) -> np.ndarray:
         return np.concatenate([np.nan_to_num(np.ravel(np.asarray(leaf, dtype=float)), neginf=-700.0)
-                               for leaf in _leaves({k: v for k, v in params.items() if k not in ("last", "seed")})])
+                               for leaf in _leaves(_own(params))])
+
+    def unconstrained(self, params: dict) -> np.ndarray:
+        """Log-probabilities, coefficients and log-variances: any vector maps back (SQUAREM)."""
+        own = _own(params)
+        own["glm"] = {node: {"beta": glm["beta"], "scale": np.log(glm["scale"])} for node, glm in own["glm"].items()}
+        return self.vector(own)
+
+    def constrained(self, vector: np.ndarray, like: dict) -> dict:
+        """Parameters from :meth:`unconstrained`'s vector: the tables renormalised, the variances exponentiated."""
+        from scipy.special import logsumexp
+
+        leaves, start = [], 0
+        for leaf in _leaves(_own(like)):
+            size = np.size(leaf)
+            leaves.append(vector[start:start + size].reshape(np.shape(leaf)))
+            start += size
+        params = _rebuild(_own(like), iter(leaves))
+        params["log_prior"] = params["log_prior"] - logsumexp(params["log_prior"])
+        params["tables"] = {v: t - logsumexp(t, axis=0, keepdims=True) for v, t in params["tables"].items()}
+        for glm in params["glm"].values():
+            glm["scale"] = np.exp(glm["scale"]) if np.ndim(glm["scale"]) else float(np.exp(glm["scale"]))
+        return params
 
     def to_model(self, params: dict) -> HybridNetwork:
         return _labelled(self.model, self.plan, self.plans, params, self.schema)
@@ -211,11 +233,29 @@ def _leaves(tree) -> list:
     return [tree]
 
 
+def _own(params: dict) -> dict:
+    """The parameters proper: without the statistics the last pass left (``last``) or a start's ``seed``."""
+    return {k: v for k, v in params.items() if k not in ("last", "seed")}
+
+
+def _rebuild(tree, leaves):
+    """``tree``'s nesting with its leaves taken in :func:`_leaves`' order from the iterator ``leaves``."""
+    if isinstance(tree, dict):
+        return {key: _rebuild(tree[key], leaves) for key in sorted(tree)}
+    return next(leaves)
+
+
 def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
-                  random_state=None, persist: bool = False, checkpoint=None, resume=None) -> FitResult:
-    """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`."""
-    from dpgm.algorithms.em import em
-    from dpgm.api.em_control import em_result, maybe_persist, total_rows
+                  random_state=None, persist: bool = False, checkpoint=None, resume=None, accelerate=None,
+                  prune_restarts: bool = False) -> FitResult:
+    """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`.
+
+    ``accelerate="squarem"`` extrapolates on the log-probabilities, coefficients and
+    log-variances (:meth:`HybridEM.unconstrained`); ``prune_restarts`` drops restarts
+    that cannot draw level (:func:`dpgm.algorithms.em.em`). Incremental EM is not
+    offered (the pass reads every row).
+    """
+    from dpgm.api.em_control import em_result, maybe_persist, run_em, total_rows
     from dpgm.cluster import current_client, iteration_span
     from dpgm.stats.hybrid_em import latent_pass
 
@@ -235,8 +275,8 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
         models = [_mstep(plan, plans, None, stats) for stats in starts]
 
     family = HybridEM(model, plan, plans, schema, data, client, progress)
-    state = em(family, models, max_iter=max_iter, tol=tol, callback=callback, checkpoint=checkpoint,
-               resume=resume)
+    state = run_em(family, models, tol=tol, max_iter=max_iter, callback=callback, client=client,
+                   checkpoint=checkpoint, resume=resume, accelerate=accelerate, prune_restarts=prune_restarts)
     state.passes += 1  # the random starts' pass (a resumed loop counts the passes before it too)
     fitted = state.models[state.best]
     result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(data, client))

@@ -9,8 +9,6 @@ import xarray as xr
 from dpgm.api.checks import data_states
 from dpgm.api.labels import align
 from dpgm.models.bayesian_network import BayesianNetwork
-from dpgm.models.glm import GLMConditional
-from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.mixture import GaussianMixture
@@ -69,16 +67,13 @@ def predict_proba(
     >>> dpgm.predict_proba(truth, rows, "tub").shape
     (5, 2)
     """
-    if isinstance(model, GaussianMixture):
-        from dpgm.api.mixture import component_posteriors
+    from dpgm.api.kinds import kind_of, kinds
 
-        values, labels = component_posteriors(model, data, variable)
-    elif isinstance(model, GLMConditional | HybridNetwork):
-        from dpgm.api.glm_predict import glm_probabilities
-
-        values, labels = glm_probabilities(model, data, variable)
-    else:
-        values, labels = _discrete_posteriors(model, data, variable)
+    kind = kind_of(model)
+    if kind.predict_proba is None:
+        able = [k.name for k in kinds() if k.predict_proba is not None]
+        raise TypeError(f"predict_proba needs a fitted model of one of {able}, got a {kind.name}")
+    values, labels = kind.predict_proba(model, data, variable)
     result = xr.DataArray(values, dims=("row", variable), coords={variable: labels},
                           name=name or f"{variable}_proba")
     if write:
@@ -100,7 +95,7 @@ def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None, progres
             client=client, progress=progress)
 
 
-def _discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
+def discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
     """Lazy posteriors of one variable of a discrete model, and its state labels."""
     from dpgm.inference.batched import BatchedTree
     from dpgm.inference.junction_tree import FactorModel

@@ -57,7 +57,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     Exits 0 on convergence and 3 when the iteration limit was reached first.
     """
     from dpgm.api import fit as run
-    from dpgm.api.checks import check_checkpoint
+    from dpgm.api.options import check_checkpoint
     from dpgm.cluster import performance_report as cluster_performance_report
     from dpgm.data import Schema, open_dataset
     from dpgm.spec import SpecError, build_model, drop_variables, read_spec
@@ -110,9 +110,9 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
 
 
 def _default_method(model) -> str:
-    from dpgm.api.checks import DEFAULT_METHODS, model_kind
+    from dpgm.api.kinds import kind_of
 
-    return DEFAULT_METHODS[model_kind(model)]
+    return kind_of(model).default_method
 
 
 _STOPPING_RULE = ("max_iter", "tol", "loglik_tol")

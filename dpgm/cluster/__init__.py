@@ -350,19 +350,29 @@ def _result(future: Any, seconds: float | None = None) -> Any:
     """The pass's result, waited for in slices (a recorded interrupt is raised between two); with
     ``seconds``, ``(False, None)`` when it still runs after that long, else ``(True, result)``."""
     end = None if seconds is None else time.monotonic() + seconds
+    finished = _finished(future)
     while True:
         raise_interrupt()
         slice_ = WAIT_SECONDS if end is None else min(WAIT_SECONDS, max(end - time.monotonic(), 0.0))
-        try:
-            result = future.result(timeout=slice_)
-        except TimeoutError:
-            if future.done():  # finished just now, or failed with a TimeoutError of its own (raised here)
-                result = future.result()
-            elif end is not None and time.monotonic() >= end:
+        # waited for here, not by future.result(timeout=...): under load distributed's sync() can lose that
+        # call's outcome to a cancelled timeout and raise UnboundLocalError (dask/distributed#8514)
+        if not finished.wait(slice_) and not future.done():
+            if end is not None and time.monotonic() >= end:
                 return False, None
-            else:
-                continue
+            continue
+        result = future.result()
         return result if end is None else (True, result)
+
+
+def _finished(future: Any) -> threading.Event:
+    """An event set once ``future`` is done (finished, failed or cancelled), by the client's callback; the
+    event is kept on the future, so waiting for it in slices registers one callback."""
+    event = getattr(future, "_dpgm_finished", None)
+    if event is None:
+        event = threading.Event()
+        future.add_done_callback(lambda _: event.set())
+        future._dpgm_finished = event
+    return event
 
 
 def _submit(client: Client, obj: Any) -> Any:

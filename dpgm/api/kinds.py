@@ -1,0 +1,293 @@
+"""The kind registry: one declaration per model kind, read by everything that dispatches on a kind.
+
+A :class:`Kind` names the model class, its specification names, its methods (each
+a :class:`Method`: the fit function and the schema of its options), the default
+method, what identifies its structure in a checkpoint's fingerprint, how it is
+saved and loaded, and the passes it supports after a fit. :func:`dpgm.fit`, the
+option check, checkpoint fingerprints, specifications (:mod:`dpgm.spec`), the CLI,
+the dashboard's reporter and :func:`dpgm.predict_proba` / :func:`dpgm.predict` read
+:func:`kinds`; a new model kind is one more entry here, and the conformance suite
+(``tests/conformance``) runs over every entry.
+
+Examples
+--------
+>>> from dpgm.api.kinds import kind_named
+>>> kind = kind_named("GaussianMixture")
+>>> kind.default_method, sorted(kind.methods), kind.spec_names
+('em', ['em'], ('gaussian_mixture',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
+from typing import Any
+
+from dpgm.algorithms.result import FitResult
+
+__all__ = ["Kind", "Method", "kind_named", "kind_of", "kinds", "spec_names"]
+
+# keyword arguments every fit function takes besides its options (dpgm.fit passes them)
+COMMON_ARGUMENTS = ("client", "progress")
+# and those of an iterative method: the stopping rule and the per-iteration callback
+STOPPING_ARGUMENTS = ("tol", "max_iter", "callback")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way a kind is fitted: the fit function and the schema of its options.
+
+    Attributes
+    ----------
+    function
+        ``function(model, data[, method], *, client, progress[, tol, max_iter, callback], **options)``.
+    options
+        Option name -> constraint (:mod:`dpgm.api.checks`): exactly the options
+        :func:`dpgm.fit` accepts for this method (``tol`` and ``max_iter`` included
+        where they apply); each is a keyword parameter of ``function``.
+    takes_method
+        ``function`` takes the method's name as its third positional argument.
+    stopping
+        ``function`` takes ``tol``, ``max_iter`` and ``callback``.
+    iterative
+        The method iterates: the dashboard's ``/dpgm`` page follows its records.
+    check_sizes
+        ``check_sizes(model, data, restarts, chunk_rows)`` refuses, before any pass, hidden
+        or latent variables whose tables or per-chunk arrays cannot be held
+        (:class:`~dpgm.errors.TableTooLarge`), or None.
+    """
+
+    function: Callable[..., FitResult]
+    options: Mapping[str, Any]
+    takes_method: bool = False
+    stopping: bool = True
+    iterative: bool = True
+    check_sizes: Callable[[Any, Any, int, int], None] | None = None
+
+    def run(self, model: Any, data: Any, name: str, *, tol: float, max_iter: int, client: Any, progress: Any,
+            callback: Any, **options: Any) -> FitResult:
+        """Call the fit function with what it takes of :func:`dpgm.fit`'s arguments (options already checked)."""
+        head = (model, data, name) if self.takes_method else (model, data)
+        extra = {"tol": tol, "max_iter": max_iter, "callback": callback} if self.stopping else {}
+        return self.function(*head, client=client, progress=progress, **extra, **options)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The declaration of one model kind.
+
+    Attributes
+    ----------
+    name
+        The class name (checkpoint fingerprints, saved models and messages use it).
+    model_class
+        The model class; an instance of it (or of a subclass) is of this kind.
+    spec_names
+        The values of a specification's ``model:`` key that build this kind (each
+        mapped to the structure keys of that specification).
+    methods
+        Method name -> :class:`Method`.
+    default_method
+        The method of ``dpgm.fit(model, data)`` without ``method=``.
+    structure
+        ``structure(model)``: the JSON-able structure a checkpoint's fingerprint holds.
+    predict_proba
+        ``predict_proba(model, data, variable) -> (lazy values, labels)``, or None.
+    predict
+        ``predict(model, data, variable, **kw) -> DataArray``, or None.
+    """
+
+    name: str
+    model_class: type
+    spec_names: Mapping[str, tuple[str, ...]]
+    methods: Mapping[str, Method]
+    default_method: str
+    structure: Callable[[Any], Any]
+    predict_proba: Callable[..., tuple] | None = None
+    predict: Callable[..., Any] | None = None
+
+    @property
+    def passes(self) -> frozenset[str]:
+        """What can be done with a model of this kind: ``fit``, ``save``, ``load`` and the predictions."""
+        optional = {"predict_proba": self.predict_proba, "predict": self.predict}
+        return frozenset({"fit", "save", "load", *(name for name, how in optional.items() if how is not None)})
+
+    @property
+    def em_methods(self) -> tuple[str, ...]:
+        """The methods that run :func:`dpgm.algorithms.em.em` (they checkpoint and resume)."""
+        return tuple(m for m, method in self.methods.items() if "resume" in method.options)
+
+    def load(self, tables: dict, attrs: dict) -> Any:
+        """Rebuild a saved model from its tables (what :func:`dpgm.load` does for this kind)."""
+        return self.model_class._from_store(tables, attrs)
+
+    def save(self, model: Any, path: Any, **kwargs: Any) -> None:
+        """Write ``model`` to a Zarr group (:func:`dpgm.models.saving.save`)."""
+        from dpgm.models.saving import save
+
+        save(model, path, **kwargs)
+
+
+@cache
+def kinds() -> tuple[Kind, ...]:
+    """Every registered model kind, in the order messages list them."""
+    return tuple(_declarations())
+
+
+def kind_of(model: Any) -> Kind:
+    """The kind of a model instance (the most derived registered class it is an instance of).
+
+    Raises
+    ------
+    ConfigTypeError
+        ``model`` is of no registered kind, naming the kinds.
+    """
+    for cls in type(model).__mro__:
+        for kind in kinds():
+            if kind.model_class is cls:
+                return kind
+    from dpgm.errors import ConfigTypeError
+
+    raise ConfigTypeError(f"cannot fit a {type(model).__name__}; expected one of {[k.name for k in kinds()]}")
+
+
+def kind_named(name: str) -> Kind:
+    """The kind whose class is called ``name`` (KeyError if none)."""
+    for kind in kinds():
+        if kind.name == name:
+            return kind
+    raise KeyError(name)
+
+
+def spec_names() -> MappingProxyType:
+    """Every specification name -> its structure keys, in registry order."""
+    return MappingProxyType({n: keys for kind in kinds() for n, keys in kind.spec_names.items()})
+
+
+# ---------------------------------------------------------------- the declarations
+
+
+def _scopes(model: Any) -> list:
+    return [list(s) for s in model.scopes]
+
+
+def _edges(model: Any) -> list:
+    return [list(e) for e in model.edges]
+
+
+def _declarations() -> list[Kind]:
+    """The ten model kinds (the latent class model is a Bayesian network: its own specification name)."""
+    import os
+
+    from fsspec.mapping import FSMap
+
+    from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
+    from dpgm.api.checks import (
+        Anything,
+        InstanceOf,
+        Interval,
+        OneOf,
+        RandomState,
+        component_sizes,
+        hidden_state_sizes,
+        latent_sizes,
+    )
+    from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
+    from dpgm.api.glm import fit_glm
+    from dpgm.api.glm_predict import glm_probabilities, predict
+    from dpgm.api.hmm import fit_hmm
+    from dpgm.api.hybrid import fit_hybrid
+    from dpgm.api.hybrid_em import fit_hybrid_em
+    from dpgm.api.log_linear import fit_log_linear
+    from dpgm.api.markov import fit_markov_network
+    from dpgm.api.mixture import component_posteriors, fit_gaussian_mixture
+    from dpgm.api.predict import discrete_posteriors
+    from dpgm.api.undirected_em import fit_undirected_em
+    from dpgm.models.bayesian_network import BayesianNetwork
+    from dpgm.models.gaussian import GaussianGraphicalModel
+    from dpgm.models.glm import GLMConditional
+    from dpgm.models.hmm import HiddenMarkovModel
+    from dpgm.models.hybrid import HybridNetwork
+    from dpgm.models.linear_gaussian import LinearGaussianNetwork
+    from dpgm.models.log_linear import LogLinearModel
+    from dpgm.models.markov import MarkovNetwork
+    from dpgm.models.mixture import GaussianMixture
+
+    stop = {"tol": Interval(float, 0.0), "max_iter": Interval(int, 1)}
+    folder = InstanceOf(str, os.PathLike, FSMap, type(None),
+                        description="a folder path, an fsspec URL or fsspec.get_mapper(url, ...), or None")
+    flag = InstanceOf(bool, description="True or False")
+    em = stop | {"n_init": Interval(int, 1), "random_state": RandomState(), "init": OneOf(None, "random", "model"),
+                 "checkpoint": folder, "resume": folder, "persist": flag,
+                 "accelerate": OneOf(None, "squarem"), "incremental": flag, "prune_restarts": flag}
+    goodness = {"goodness_of_fit": flag}
+    missing = {"missing": OneOf("refuse", "listwise")}
+    zeros = {"structural_zeros": Anything("a boolean DataArray of cells fixed at zero, or None")}
+    prior = {"prior": OneOf(None, "BDeu", "K2", "dirichlet"),
+             "equivalent_sample_size": Interval(float, 0.0, low_open=True),
+             "pseudo_counts": InstanceOf(dict, type(None),
+                                         description="a mapping variable -> table of pseudo-counts, or None")}
+    weights = {"lbfgs": stop | zeros | goodness | {"l1": Interval(float, 0.0), "l2": Interval(float, 0.0)},
+               "newton": stop | zeros | goodness | {"l2": Interval(float, 0.0)},
+               "gis": stop | zeros | goodness}
+
+    def undirected_em(m_step: str) -> Method:
+        return Method(fit_undirected_em, em | zeros | {"m_step": OneOf(None, m_step), "inner_iter": Interval(int, 1)})
+
+    def table(function, options, **how) -> Method:
+        return Method(function, options, takes_method=True, **how)
+
+    bayesian = {"mle": Method(fit_bayesian_network, prior | goodness, takes_method=True, stopping=False,
+                              iterative=False),
+                "bayes": Method(fit_bayesian_network, prior | goodness, takes_method=True, stopping=False,
+                                iterative=False),
+                "em": Method(fit_bayesian_network_em, em | prior, check_sizes=latent_sizes)}
+    gaussian_moments = {"closed_form": table(fit_gaussian, missing, iterative=False),
+                        "ipf": table(fit_gaussian, stop | missing),
+                        "glasso": table(fit_gaussian, stop | missing | {"alpha": Interval(float, 0.0)})}
+    hybrid_em = {k: v for k, v in em.items() if k not in ("init", "incremental")}
+    mixture_init = Anything("None, 'k-means++', 'random', 'model' or a dict of weights, means and covariances or "
+                            "precisions")
+    return [
+        Kind("BayesianNetwork", BayesianNetwork,
+             {"bayesian_network": ("model", "method", "edges", "network", "variables", "latent"),
+              "latent_class": ("model", "method", "n_classes", "observed", "variable")},
+             bayesian, "mle", _edges, predict_proba=discrete_posteriors),
+        Kind("MarkovNetwork", MarkovNetwork, {"markov_network": ("model", "method", "cliques")},
+             {"ipf": table(fit_markov_network, stop | zeros | goodness | {"loglik_tol": Interval(float, 0.0)}),
+              "closed_form": table(fit_markov_network, goodness, iterative=False),
+              **{m: table(fit_markov_network, o) for m, o in weights.items()},
+              "em": undirected_em("ipf")},
+             "ipf", _scopes, predict_proba=discrete_posteriors),
+        Kind("LogLinearModel", LogLinearModel, {"log_linear": ("model", "method", "margins")},
+             {**{m: table(fit_log_linear, o) for m, o in weights.items()}, "em": undirected_em("gis")},
+             "lbfgs", _scopes, predict_proba=discrete_posteriors),
+        Kind("HiddenMarkovModel", HiddenMarkovModel, {"hmm": ("model", "method", "n_states", "symbols", "variable")},
+             {"em": Method(fit_hmm, em, check_sizes=hidden_state_sizes)}, "em",
+             lambda m: {"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states}),
+        Kind("GaussianGraphicalModel", GaussianGraphicalModel,
+             {"gaussian_graphical": ("model", "method", "edges", "cliques", "variables")},
+             gaussian_moments, "ipf",
+             lambda m: {"variables": list(m.variables), "adjacency": m.adjacency.astype(int).tolist()}),
+        Kind("LinearGaussianNetwork", LinearGaussianNetwork,
+             {"linear_gaussian": ("model", "method", "edges", "variables")},
+             {"mle": table(fit_linear_gaussian, missing, iterative=False)}, "mle", _edges),
+        Kind("GaussianMixture", GaussianMixture,
+             {"gaussian_mixture": ("model", "method", "n_components", "variables", "covariance_type")},
+             {"em": Method(fit_gaussian_mixture, em | {"init": mixture_init, "reg_covar": Interval(float, 0.0)},
+                           check_sizes=component_sizes)},
+             "em", lambda m: {"n_components": m.n_components, "covariance_type": m.covariance_type},
+             predict_proba=component_posteriors),
+        # and l2, the model's ridge penalty (a structure key the specification takes out of the options)
+        Kind("GLMConditional", GLMConditional, {"glm": ("model", "method", "child", "parents", "family")},
+             {"irls": table(fit_glm, stop | missing)}, "irls",
+             lambda m: {"child": m.child, "parents": list(m.parents), "family": m.family, "l2": m.l2},
+             predict_proba=glm_probabilities, predict=predict),
+        Kind("HybridNetwork", HybridNetwork,
+             {"hybrid_network": ("model", "method", "edges", "families", "variables", "latent")},
+             {"mle": table(fit_hybrid, stop | missing), "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes)}, "mle",
+             lambda m: {"edges": _edges(m), "families": m.families, "l2": m.l2},
+             predict_proba=glm_probabilities, predict=predict),
+    ]
