@@ -246,8 +246,8 @@ def _model_lines(path: str, description: dict) -> list[str]:
 def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, workers) -> None:
     """Contingency tables of each --scope of DATA, in one pass."""
     from dpgm.data import Schema, open_dataset
-    from dpgm.stats.counts import counts as run
     from dpgm.stats.counts import check_table_sizes
+    from dpgm.stats.counts import counts as run
 
     parsed = [tuple(s.strip() for s in scope.split(",") if s.strip()) for scope in scopes]
     check_output("--out", out, overwrite=overwrite, inputs=(data,))
