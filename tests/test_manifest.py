@@ -528,9 +528,9 @@ def test_no_single_byte_change_of_a_variables_metadata_changes_what_is_read(tmp_
     assert refused > 1000, (refused, opened)
 
 
-def test_the_readme_data_integrity_example_runs_as_written():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Data integrity", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_data_integrity_example_runs_as_written():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrity.md").read_text()
+    section = page.split("## Data integrity", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python")[1:]]
     block = next(b for b in blocks if "dpgm.verify(path)" in b)
-    exec(compile("\n".join(line[2:] for line in block.splitlines()), "README.md", "exec"), {})
+    exec(compile("\n".join(line[2:] for line in block.splitlines()), "docs/integrity.md", "exec"), {})
