@@ -424,7 +424,7 @@ def _checkpoint(tmp_path, client):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
         dpgm.fit(structure, data, method="em", max_iter=2, random_state=0, checkpoint=tmp_path / "ckpt")
-    return tmp_path / "ckpt" / (tmp_path / "ckpt" / "LATEST").read_text().strip() / "model-0.zarr"
+    return tmp_path / "ckpt" / (tmp_path / "ckpt" / "LATEST").read_text().splitlines()[0] / "model-0.zarr"
 
 
 WRITERS = [_write_dataset, _write_dataset_lazily, _convert, _convert_parquet_blocks, _generate, _add_variables,
