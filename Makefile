@@ -8,11 +8,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --no-deps --no-compile
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 TEST_STAMP := $(VENV)/.test-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
 SYSTEM_STAMP := $(VENV)/.system-stamp
 # the platform the lock is resolved for (CI and the project's machines)
 LOCK_FOR := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 
-.PHONY: demo test lint bench clean lock
+.PHONY: demo test docs lint bench clean lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,12 @@ $(TEST_STAMP): requirements/test.txt $(RUNTIME_STAMP)
 	$(PY) -m pip check
 	touch $@
 
+# Sphinx, the PyData theme, numpydoc and MyST for `make docs`, pinned to the test set's versions
+$(DOCS_STAMP): requirements/docs.txt $(RUNTIME_STAMP)
+	$(PIP) -r requirements/docs.txt
+	$(PY) -m pip check
+	touch $@
+
 # Debian packages for the real-process tests (SLURM, a headless browser); see scripts/
 $(SYSTEM_STAMP): scripts/system-packages.txt scripts/install-system-packages.sh $(TEST_STAMP)
 	bash scripts/install-system-packages.sh
@@ -43,17 +50,23 @@ test: $(TEST_STAMP) $(SYSTEM_STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
+# the HTML pages of README.md and docs/ and the API reference, into docs/_build/html; a warning fails
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
 bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.counts
 
-# Resolve pyproject.toml's ranges again (today's newest versions) into the two locks: the test set
-# first, then the runtime set constrained by it, so a package has one version in both.
+# Resolve pyproject.toml's ranges again (today's newest versions) into the locks: the test set first,
+# then the runtime and docs sets constrained by it, so a package has one version in all three.
 lock: | $(PY)
 	$(PY) -m pip install --quiet uv
 	$(VENV)/bin/uv pip compile pyproject.toml --extra test --extra plot $(LOCK_FOR) --quiet \
 		--custom-compile-command 'make lock' -o requirements/test.txt
 	$(VENV)/bin/uv pip compile pyproject.toml --extra plot $(LOCK_FOR) -c requirements/test.txt --quiet \
 		--custom-compile-command 'make lock' -o requirements/runtime.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra docs --extra plot $(LOCK_FOR) -c requirements/test.txt --quiet \
+		--custom-compile-command 'make lock' -o requirements/docs.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/generated

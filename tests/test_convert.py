@@ -126,3 +126,17 @@ def test_chunks_aligned_or_not_with_the_row_groups(tmp_path, chunk_rows):
     assert _chunk_rows(tmp_path / "out.zarr") == chunk_rows
     pd.testing.assert_frame_equal(_decoded(ds)[["colour", "size"]], _expected(frame)[["colour", "size"]])
     np.testing.assert_array_equal(ds["height"].values, frame["height"].to_numpy())
+
+
+def test_storage_options_for_a_remote_input_leave_a_local_output_alone(tmp_path):
+    """``dpgm convert s3://bucket/parts/ big.zarr --storage-options '{"anon": true}'``: the options are the
+    input's; the local store is written without them (Zarr refuses options for a local path)."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    frame = pd.DataFrame({"smoker": ["yes", "no", "no"] * 40, "age": np.arange(120) % 7})
+    frame.iloc[:60].to_parquet(parts / "a.parquet")
+    frame.iloc[60:].to_parquet(parts / "b.parquet")
+    ds = dpgm.convert(str(parts), tmp_path / "big.zarr", storage_options={"anon": True})
+    back = dpgm.to_pandas(ds)
+    assert back.smoker.astype(str).tolist() == frame.smoker.tolist()
+    assert back.age.astype(int).tolist() == frame.age.tolist()

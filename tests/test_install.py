@@ -34,7 +34,8 @@ def _declared(*extras: str) -> list[Requirement]:
     return [Requirement(spec) for spec in wanted]
 
 
-@pytest.mark.parametrize(("lock", "extras"), [("runtime.txt", ("plot",)), ("test.txt", ("plot", "test"))])
+@pytest.mark.parametrize(("lock", "extras"), [("runtime.txt", ("plot",)), ("test.txt", ("plot", "test")),
+                                              ("docs.txt", ("plot", "docs"))])
 def test_every_declared_dependency_is_pinned_within_its_range(lock, extras):
     pins = _pins(lock)
     for requirement in _declared(*extras):
@@ -49,6 +50,16 @@ def test_the_runtime_set_is_the_test_sets_versions():
     assert set(runtime) <= set(test)
     assert {name: version for name, version in test.items() if name in runtime} == runtime
     assert not {"pytest", "moto", "pgmpy", "statsmodels", "ruff"} & set(runtime)  # the demo needs none
+
+
+def test_the_docs_set_is_the_runtime_set_plus_sphinx_at_the_test_sets_versions():
+    """`make docs` installs requirements/docs.txt over the runtime set: no package changes version."""
+    runtime, test, docs = _pins("runtime.txt"), _pins("test.txt"), _pins("docs.txt")
+    assert {name: version for name, version in docs.items() if name in runtime} == runtime
+    assert {name: version for name, version in docs.items() if name in test} == {
+        name: version for name, version in test.items() if name in docs}
+    assert {"sphinx", "pydata-sphinx-theme", "numpydoc", "myst-parser"} <= set(docs)
+    assert not {"pytest", "moto", "pgmpy", "statsmodels", "ruff"} & set(docs)
 
 
 def test_this_environment_was_installed_from_the_lock():

@@ -158,7 +158,7 @@ def test_bayesian_network_bdeu_and_dirichlet_pseudo_counts_by_label(asia):
 
 
 def test_readme_latent_class_model_on_reversed_labels_from_zarr_on_two_workers(tmp_path, client):
-    """The README's ``latent_class_model({q: ["no", "yes"]})`` on data labelled ("yes", "no"), read from
+    """docs/em.md's ``latent_class_model({q: ["no", "yes"]})`` on data labelled ("yes", "no"), read from
     Zarr on a 2-worker cluster: the same fit as on data labelled ("no", "yes") (same random starts, by
     label), its log-likelihood the brute-force one of the returned model."""
     questions = [f"q{i}" for i in range(1, 7)]

@@ -292,6 +292,18 @@ def test_an_edited_manifest_or_schema_record_is_refused(tmp_path):
         dpgm.open_dataset(store)
 
 
+def test_verify_of_a_relative_path_on_workers_started_elsewhere(tmp_path, client, monkeypatch):
+    """``dpgm verify asia.zarr`` against a cluster whose workers run in another folder: every chunk found
+    (the pass reads the store by its absolute path), as many as the files on disk."""
+    monkeypatch.chdir(tmp_path)
+    dpgm.sample_bayesian_network(dpgm.load_network("asia"), 4_000, "asia.zarr", chunk_rows=1_000)
+    assert client.run(os.getcwd) and all(cwd != str(tmp_path) for cwd in client.run(os.getcwd).values())
+    report = dpgm.verify("asia.zarr", client=client)
+    assert report.ok, report.lines()
+    assert {v: r["checked"] for v, r in report.variables.items()} == {
+        v: len(os.listdir(tmp_path / "asia.zarr" / v / "c")) for v in report.variables}
+
+
 def test_a_dataset_opened_by_dpgm_and_written_by_xarray_reads_as_unverifiable(tmp_path):
     """The records describe their store's files: an opened dataset does not carry them to another store."""
     store = mixed_store(tmp_path / "d.zarr")
@@ -529,9 +541,9 @@ def test_no_single_byte_change_of_a_variables_metadata_changes_what_is_read(tmp_
     assert refused > 1000, (refused, opened)
 
 
-def test_the_readme_data_integrity_example_runs_as_written():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Data integrity", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_data_integrity_example_runs_as_written():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrity.md").read_text()
+    section = page.split("## Data integrity", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python")[1:]]
     block = next(b for b in blocks if "dpgm.verify(path)" in b)
-    exec(compile("\n".join(line[2:] for line in block.splitlines()), "README.md", "exec"), {})
+    exec(compile("\n".join(line[2:] for line in block.splitlines()), "docs/integrity.md", "exec"), {})

@@ -539,11 +539,11 @@ def test_s3_overwrite_keeps_the_old_store_readable_until_the_new_one_is_complete
     assert [p for p in left if ".dpgm-" in p.rsplit("/", 1)[-1]] == []
 
 
-def test_readme_one_writer_per_output_runs_as_written(tmp_path):
+def test_docs_one_writer_per_output_runs_as_written(tmp_path):
     """The section's Python block as a script in an empty folder: the replacement is swapped in whole, nothing
     is left beside it, the claim names this host, the column 'row' is refused."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("### One writer per output"):text.index("## How cost grows")]
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrity.md").read_text()
+    section = text[text.index("## One writer per output"):]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     (tmp_path / "script.py").write_text("\n".join(blocks))
     done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """The ``dpgm`` command line: batch jobs on an embedded or a real Dask cluster.
 
-Exit codes (the README's "Exit codes and failures" table says which a retry can help):
+Exit codes (docs/exit-codes.md says which a retry can help):
 0 success, 2 usage, 3 a fit stopped at its iteration limit without converging, 65 bad
 data (incl. an incomplete or corrupted store), 66 missing input, 69 scheduler unreachable
 or lost mid-run, 70 internal error (the traceback with -v), 73 an output cannot be created,

@@ -45,7 +45,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """Fit probabilistic graphical models to chunked Zarr datasets on a Dask cluster.
 
     Every failure exits with one line naming the culprit and a documented code
-    (README: "Exit codes and failures"); -v adds the traceback of internal errors (70).
+    (docs/exit-codes.md); -v adds the traceback of internal errors (70).
     """
     ctx.meta["dpgm.verbose"] = verbose
     ctx.meta["dpgm.quiet"] = quiet

@@ -1,6 +1,6 @@
 """Failures of the ``dpgm`` command: one line naming the culprit, and a documented exit code.
 
-Exit codes (the README's "Exit codes and failures" table says which a retry can help):
+Exit codes (docs/exit-codes.md says which a retry can help):
 0 success, 2 usage, 3 a fit stopped at its iteration limit without converging, 65 bad
 data (incl. an incomplete or corrupted store), 66 missing input, 69 scheduler unreachable
 or lost mid-run, 70 internal error (the traceback with -v), 73 an output cannot be created,
@@ -35,7 +35,7 @@ class Failure(click.ClickException):
 
 @contextlib.contextmanager
 def errors(checkpoint: str | None = None) -> Iterator[None]:
-    """Map every failure to one line naming the culprit and a documented exit code (README table).
+    """Map every failure to one line naming the culprit and a documented exit code (docs/exit-codes.md).
 
     Retrying helps for 69 (scheduler unreachable or lost) and 75 (interrupted, checkpoint
     written: rerun with --resume), sometimes for 74 (I/O: once space is freed); never for

@@ -214,7 +214,7 @@ class UnguardedScript(RuntimeError):
 GUARD_ADVICE = (
     "dpgm.connect() ran while a worker process was importing your script: put the code that "
     "starts the cluster under `if __name__ == \"__main__\":` (worker processes import the main "
-    "script again; see the README, 'Clusters')"
+    "script again; see the README, 'Quick start')"
 )
 
 

@@ -356,13 +356,14 @@ def _encode_and_write(block: _Block, storage_options: dict | None, plan: dict[st
     columns = _encode(block, storage_options, plan, missing, start, chunk_rows)
     first_full = -(-start // chunk_rows) * chunk_rows
     last_full = max(stop // chunk_rows * chunk_rows, first_full)
-    group = zarr.open_group(target, mode="r+", storage_options=storage_options)
+    output = _output_options(target, storage_options)
+    group = zarr.open_group(target, mode="r+", storage_options=output)
     edges: dict[str, Any] = {"head": {}, "tail": {}, "digests": {}}
     for name, values in columns.items():
         if last_full > first_full:
             array = group[name]
             array[first_full:last_full] = values[first_full - start:last_full - start]
-            edges["digests"].update(stored_digests(target, storage_options, name, array, [
+            edges["digests"].update(stored_digests(target, output, name, array, [
                 (k,) for k in range(first_full // chunk_rows, last_full // chunk_rows)]))
         edges["head"][name] = values[: min(first_full, stop) - start]
         edges["tail"][name] = values[max(last_full, first_full) - start:] if last_full < stop else values[:0]
@@ -375,14 +376,15 @@ def _write_edge(chunk: int, chunk_rows: int, target: str, storage_options: dict 
     its digests (for the manifest)."""
     import zarr
 
-    group = zarr.open_group(target, mode="r+", storage_options=storage_options)
+    output = _output_options(target, storage_options)
+    group = zarr.open_group(target, mode="r+", storage_options=output)
     digests = {}
     for name in pieces[0][1]:
         values = np.concatenate([piece[name] for _, piece in sorted(pieces, key=lambda p: p[0])])
         start = chunk * chunk_rows
         array = group[name]
         array[start:start + len(values)] = values
-        digests.update(stored_digests(target, storage_options, name, array, [(chunk,)]))
+        digests.update(stored_digests(target, output, name, array, [(chunk,)]))
     return digests
 
 
@@ -501,11 +503,19 @@ def convert(
     source, target = os.fspath(source), location(target)
     files = _files(source, storage_options)
     variables = input_variables(files[0], rename=rename, weight=weight, storage_options=storage_options)
-    with writing(target, mode=mode, storage_options=storage_options) as where:
+    with writing(target, mode=mode, storage_options=_output_options(target, storage_options)) as where:
         _convert(files, where, variables, chunk_rows=chunk_rows, categorical=categorical, continuous=continuous,
                  missing=missing, label_order=label_order, storage_options=storage_options, blocksize=blocksize,
                  client=client, progress=progress, source=source)
-    return open_dataset(target, storage_options=storage_options)
+    return open_dataset(target, storage_options=_output_options(target, storage_options))
+
+
+def _output_options(target: str, storage_options: dict | None) -> dict | None:
+    """``storage_options`` for the store ``target`` when it is a URL; a local store takes none (the options
+    given for a remote input, ``anon`` say, are no Zarr options of a local one)."""
+    from dpgm.data.claim import is_remote
+
+    return storage_options if is_remote(target) else None
 
 
 def input_variables(source: str | os.PathLike[str], *, rename: Mapping[str, str] | None = None,
@@ -564,7 +574,7 @@ def _convert(files: list[str], target: str, variables: dict[str, str], *, chunk_
         p.variable: xr.Variable(ROW, dsa.zeros(n_rows, dtype=_dtype(p), chunks=chunk_rows),
                                 attrs=state_attrs(p.labels, _dtype(p)) if p.labels is not None else {})
         for p in plan.values()}, attrs={REPORT: report.to_attrs()})
-    create_store(template, target, chunk_rows, storage_options)  # metadata only, marked incomplete
+    create_store(template, target, chunk_rows, _output_options(target, storage_options))  # metadata only, incomplete
     written = []
     run = uuid.uuid4().hex
     for index, block in enumerate(blocks):
@@ -578,7 +588,7 @@ def _convert(files: list[str], target: str, variables: dict[str, str], *, chunk_
     # only the chunks' digests come back: the pieces travel between workers, never through the driver
     digests = compute(merge_tree(edges + [dask.delayed(operator.getitem)(w, "digests") for w in written],
                                  merge_digests, "dpgm-convert-digests", run), client=client, progress=progress)
-    mark_complete(target, storage_options, digests=digests)  # last: after every chunk; the manifest from the digests
+    mark_complete(target, _output_options(target, storage_options), digests=digests)  # last: after every chunk; the manifest from the digests
 
 
 def _dtype(plan: Plan) -> str:

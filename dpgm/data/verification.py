@@ -138,7 +138,8 @@ def plan(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = 
         No store at the path.
     """
     path = os.fspath(path)
-    files = ChunkFiles(path, storage_options)
+    # an absolute path for the chunk pass: workers started in other folders read the same files
+    files = ChunkFiles(path if "://" in path else os.path.abspath(path), storage_options)
     group = files.document("")
     if group is None:
         if "://" not in path and not os.path.exists(path):

@@ -276,7 +276,7 @@ class BayesianNetwork:
         return render(f"{header}, {self.n_free_parameters()} free parameters", blocks)
 
     def to_pgmpy(self):
-        """The network as a pgmpy ``DiscreteBayesianNetwork`` of ``TabularCPD``s, state names kept.
+        """The network as a pgmpy ``DiscreteBayesianNetwork`` of ``TabularCPD`` tables, state names kept.
 
         Raises
         ------
