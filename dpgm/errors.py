@@ -61,3 +61,11 @@ class ConfigTypeError(ConfigError, TypeError):
 
 class TableTooLarge(ConfigError):
     """A table that cannot be allocated (e.g. a counts scope of 37 variables), refused before any pass."""
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint written for other data or another model specification than the resumed run's.
+
+    Raised by the fingerprint check (:func:`dpgm.io.checkpoint.check_fingerprint`) and by
+    the EM loop when a saved loop state does not fit the resumed fit's restarts.
+    """

@@ -28,8 +28,8 @@ import pytest
 import xarray as xr
 
 import dpgm
-from dpgm.algorithms.checkpoint import CheckpointDamaged, CheckpointMismatch, CheckpointWriteError
 from dpgm.errors import ConvergenceWarning, DataError, TableTooLarge
+from dpgm.io.checkpoint import CheckpointDamaged, CheckpointMismatch, CheckpointWriteError
 
 LCA = "model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub, smoke]\nrandom_state: 0\ntol: 0.0\n"
 ASIA_LATENT = ("model: bayesian_network\nnetwork: asia\ndrop: [either]\nlatent: {either: ['yes', 'no']}\n"

@@ -343,7 +343,7 @@ def _tree():
 
 
 def _mismatch():
-    from dpgm.algorithms.checkpoint import CheckpointMismatch
+    from dpgm.io.checkpoint import CheckpointMismatch
 
     return CheckpointMismatch("the checkpoint 'ck' was written for other data")
 
@@ -512,7 +512,7 @@ def checkpointed(tmp_path_factory):
     ("options", ["other model", "n_init"]),
 ])
 def test_python_resume_refuses_a_checkpoint_of_another_fit(checkpointed, change, words):
-    from dpgm.algorithms.checkpoint import CheckpointMismatch
+    from dpgm.io.checkpoint import CheckpointMismatch
 
     root, model = checkpointed
     data = dpgm.open_dataset(root / ("other.zarr" if change == "data" else "d.zarr"))

@@ -8,6 +8,11 @@ one restart on the driver. "Parameters" are whatever the two exchange (raw array
 ``to_model`` / ``from_model`` convert at the edges (checkpoints, resume and the
 result), so the loop itself builds no labels.
 
+The loop touches no storage: after every iteration it hands ``on_iteration`` a
+:class:`LoopSnapshot` (everything a checkpoint holds, :mod:`dpgm.io.checkpoint`
+writes it), and ``resume_from`` takes a :class:`SavedLoop` already read back; the
+API (:func:`dpgm.api.em_control.run_em`) wires a checkpoint folder to both.
+
 The E-step protocol (every model kind honours it): a pass returns, for each
 parameter set it was given, ``(loglik, statistics)`` with ``loglik`` a float (the
 log-likelihood of those parameters on the rows of the pass) and ``statistics`` the
@@ -61,23 +66,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from dpgm.algorithms.checkpoint import CheckpointMismatch, read_checkpoint, write_checkpoint
-from dpgm.algorithms.snapshot import shapes
 from dpgm.algorithms.squarem import MAX_STEP, STEP_FACTOR, extrapolate, shorter_bound, step_length
+from dpgm.errors import CheckpointMismatch
 
-__all__ = ["ACCELERATIONS", "EMFamily", "EMState", "em"]
+__all__ = ["ACCELERATIONS", "EMFamily", "EMState", "LoopSnapshot", "SavedLoop", "em"]
 
 ACCELERATIONS = (None, "squarem")
 INCREMENTAL_PASSES = 2
 INCREMENTAL_BLOCKS = 8
 PRUNE_AFTER = 5
 PRUNE_HORIZON = 100
+LOOP_VERSION = 1  # the layout of LoopSnapshot.loop (a resume refuses any other)
 
 
 class EMFamily:
@@ -86,8 +91,18 @@ class EMFamily:
     Subclasses implement :meth:`estep`, :meth:`mstep` and :meth:`vector`; SQUAREM
     also needs :meth:`unconstrained` / :meth:`constrained` (a parametrisation in
     which any vector maps back to valid parameters); incremental EM needs
-    :meth:`row_blocks` and ``rows=`` support in :meth:`estep`.
+    :meth:`row_blocks` and ``rows=`` support in :meth:`estep`. Everything the loop
+    reads of a family is declared here; a subclass overrides, never adds to, it.
+
+    Attributes
+    ----------
+    incremental_full_first_pass
+        Incremental EM's first pass takes every block at the starting parameters (one
+        plain EM step) instead of M steps on a growing partial sum: for M steps that
+        cannot leave a zero (IPF, GIS: multiplicative updates).
     """
+
+    incremental_full_first_pass: bool = False
 
     def estep(self, parameters: Sequence[Any], iteration: int,
               rows: tuple[int, int] | None = None) -> list[tuple[float, Any]]:
@@ -154,6 +169,53 @@ class EMState:
     extras: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LoopSnapshot:
+    """The loop after one iteration: everything a checkpoint holds (given to ``em``'s ``on_iteration``).
+
+    The values are the loop's own (not copies): a hook writes or copies them before it returns.
+
+    Attributes
+    ----------
+    iteration
+        Iterations done.
+    models
+        Each restart's best model so far (its current point before it has one), labelled (``to_model``).
+    state
+        ``{"histories", "converged", "done"}``: per restart its records, whether it converged, whether it stopped.
+    loop
+        The exact loop state a resume continues from (``version``, every restart's points and SQUAREM's
+        cycle, ``passes``, ``incremental_left``): plain values, NumPy arrays, Fractions and the family's parameters.
+    """
+
+    iteration: int
+    models: list[Any]
+    state: dict[str, Any]
+    loop: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SavedLoop:
+    """A loop state read back (from a checkpoint): what ``em``'s ``resume_from`` continues from.
+
+    Attributes
+    ----------
+    iteration
+        Iterations done when it was saved.
+    loop
+        :attr:`LoopSnapshot.loop` as saved.
+    histories
+        ``LoopSnapshot.state["histories"]`` as saved.
+    source
+        Where it was read (messages name it), e.g. ``"the checkpoint 'ck/'"``.
+    """
+
+    iteration: int
+    loop: Any
+    histories: Any
+    source: str = "the saved loop state"
+
+
 @dataclass
 class _Restart:
     """One restart's place in the loop (plain EM is SQUAREM that never extrapolates)."""
@@ -183,8 +245,8 @@ def em(
     max_iter: int = 100,
     tol: float = 1e-8,
     callback: Callable[[dict], None] | None = None,
-    checkpoint: Any = None,
-    resume: Any = None,
+    on_iteration: Callable[[LoopSnapshot], None] | None = None,
+    resume_from: SavedLoop | None = None,
     accelerate: str | None = None,
     incremental: bool = False,
     prune_restarts: bool = False,
@@ -205,13 +267,14 @@ def em(
         Called with each restart's record every iteration (``restart``,
         ``iteration``, ``loglik``, ``change``, ``param_change``, ``passes``,
         ``step``, ``accepted``, ``seconds``).
-    checkpoint
-        Folder to checkpoint parameters and history into after every iteration.
-    resume
-        Folder of a checkpoint to continue from: the loop goes on from the exact state saved
-        (every restart's points and SQUAREM's cycle), so the result equals an uninterrupted
-        run's bit for bit; ``starts`` only give the shapes the saved parameters must have.
-        An incremental phase in progress goes on if ``incremental`` is set.
+    on_iteration
+        Called with a :class:`LoopSnapshot` after every iteration (a checkpoint writer).
+    resume_from
+        A loop state saved from a snapshot to continue from: the loop goes on from the exact
+        state saved (every restart's points and SQUAREM's cycle), so the result equals an
+        uninterrupted run's bit for bit; ``starts`` only give the shapes the saved parameters
+        must have (None: not checked). An incremental phase in progress goes on if
+        ``incremental`` is set.
     accelerate
         None (plain EM) or ``"squarem"``.
     incremental
@@ -222,6 +285,12 @@ def em(
     Returns
     -------
     EMState
+
+    Raises
+    ------
+    CheckpointMismatch
+        ``resume_from`` is not of this fit: another layout, another number of restarts, or
+        parameters whose shapes differ from ``starts``' (or that the family cannot turn into a model).
     """
     if accelerate not in ACCELERATIONS:
         raise ValueError(f"accelerate must be one of {list(ACCELERATIONS)}, got {accelerate!r}")
@@ -230,8 +299,8 @@ def em(
     passes = Fraction(0)
     incremental_left = INCREMENTAL_PASSES if incremental else 0
     runs = [_Restart(point=p) for p in starts]
-    if resume is not None:
-        iteration, runs, histories, passes, left = _resume(family, resume, starts)
+    if resume_from is not None:
+        iteration, runs, histories, passes, left = _resume(family, resume_from, starts)
         incremental_left = left if incremental else 0  # an incremental phase is finished, never started again
         if not incremental_left:
             for run in runs:
@@ -252,22 +321,22 @@ def em(
             callback(record)
 
     def save() -> None:
-        if checkpoint is not None:
+        if on_iteration is not None:
             # the whole loop state (every restart's points, SQUAREM's cycle, the passes so far): a resume from
             # any iteration, the last included, continues exactly as this run would have
-            loop = {"version": 1, "runs": [{f.name: getattr(r, f.name) for f in fields(r)} for r in runs],
+            loop = {"version": LOOP_VERSION, "runs": [{f.name: getattr(r, f.name) for f in fields(r)} for r in runs],
                     "passes": passes, "incremental_left": incremental_left}
-            write_checkpoint(checkpoint, iteration,
-                             [family.to_model(r.best if r.best is not None else r.point) for r in runs],
-                             {"histories": histories, "converged": [r.converged for r in runs],
-                              "done": [r.done for r in runs]}, loop)
+            on_iteration(LoopSnapshot(
+                iteration, [family.to_model(r.best if r.best is not None else r.point) for r in runs],
+                {"histories": histories, "converged": [r.converged for r in runs], "done": [r.done for r in runs]},
+                loop))
 
     if incremental_left:
         blocks = family.row_blocks(INCREMENTAL_BLOCKS)
         total_rows = sum(stop - begin for begin, stop in blocks)
         # families whose M step cannot leave a zero (IPF, GIS: multiplicative updates) take the first
         # pass's blocks at the starting parameters (a plain EM step), not a growing partial sum
-        warm = getattr(family, "incremental_full_first_pass", False)
+        warm = family.incremental_full_first_pass
         while incremental_left and iteration < max_iter:
             iteration += 1
             incremental_left -= 1
@@ -312,31 +381,28 @@ def em(
     return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
 
 
-def _resume(family: EMFamily, folder: Any, starts: list[Any]) -> tuple[int, list[_Restart], list, Fraction, int]:
-    """The loop's state saved in the checkpoint ``folder``, verified: ``(iteration, runs, histories, passes,
-    incremental passes left)``.
+def _resume(family: EMFamily, saved: SavedLoop, starts: list[Any]) -> tuple[int, list[_Restart], list, Fraction,
+                                                                            int]:
+    """The loop's state in ``saved``, verified: ``(iteration, runs, histories, passes, incremental passes left)``.
 
     Raises
     ------
-    CheckpointDamaged
-        A file of the checkpoint is not what dpgm wrote (from :func:`read_checkpoint`).
     CheckpointMismatch
         The saved restarts are not of this fit: another number of restarts, or parameters
         whose shapes differ from ``starts``' (or that the family cannot turn into a model).
     """
-    iteration, _, saved = read_checkpoint(folder, models=False)
-    loop, where = saved["loop"], f"the checkpoint {str(getattr(folder, 'root', folder))!r}"
+    iteration, loop, where = saved.iteration, saved.loop, saved.source
     names = {f.name for f in fields(_Restart)}
-    if not (isinstance(loop, dict) and loop.get("version") == 1 and isinstance(loop.get("runs"), list)
+    if not (isinstance(loop, dict) and loop.get("version") == LOOP_VERSION and isinstance(loop.get("runs"), list)
             and all(isinstance(r, dict) and set(r) == names for r in loop["runs"])):
         raise CheckpointMismatch(f"{where} holds a loop state of another version of dpgm: start afresh")
     runs = [_Restart(**fields_) for fields_ in loop["runs"]]
-    histories = saved["histories"]
+    histories = saved.histories
     templates = [s for s in starts if s is not None]
     if templates and len(templates) != len(runs):
         raise CheckpointMismatch(f"{where} holds {len(runs)} restarts; this fit has {len(templates)}")
     for i, run in enumerate(runs):
-        if templates and shapes(run.point) != shapes(templates[i]):
+        if templates and _shapes(run.point) != _shapes(templates[i]):
             raise CheckpointMismatch(f"{where}: the parameters of restart {i} do not have the shapes of this "
                                      "fit's model (written for another model)")
         try:
@@ -344,9 +410,30 @@ def _resume(family: EMFamily, folder: Any, starts: list[Any]) -> tuple[int, list
         except (ValueError, TypeError, KeyError, IndexError) as error:
             raise CheckpointMismatch(f"{where}: the parameters of restart {i} do not fit this model "
                                      f"({type(error).__name__}: {error})") from None
-    if len(histories) != len(runs):
+    if not isinstance(histories, list) or len(histories) != len(runs):
         raise CheckpointMismatch(f"{where} holds {len(histories)} histories for {len(runs)} restarts")
     return iteration, runs, histories, Fraction(loop["passes"]), int(loop["incremental_left"])
+
+
+def _shapes(value: Any) -> Any:
+    """The tree of ``value`` with every array replaced by ``(shape, dtype kind)`` and every leaf by its type (to
+    compare two parameter trees: a model by its class and tables, a dataclass by its fields)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return ("array", np.shape(value), np.asarray(value).dtype.kind)
+    if isinstance(value, dict):
+        return {"dict": [(_shapes(k), _shapes(v)) for k, v in value.items()]}
+    if isinstance(value, tuple | list):
+        return {type(value).__name__: [_shapes(v) for v in value]}
+    if is_dataclass(value) and not isinstance(value, type):
+        return {type(value).__qualname__: {f.name: _shapes(getattr(value, f.name)) for f in fields(value)}}
+    if callable(getattr(value, "_to_store", None)):  # a labelled model: its tables' values and labels
+        tables = dict(value._to_store())
+        return {type(value).__name__: {str(k): _shapes(t) if k == "__attrs__" else
+                                       (_shapes(np.asarray(t.values)), [str(d) for d in t.dims],
+                                        {str(d): _shapes(np.asarray(t.coords[d].values)) for d in t.dims
+                                         if d in t.coords})
+                                       for k, t in tables.items()}}
+    return type(value).__name__
 
 
 def _wants_longer(u0: np.ndarray, u1: np.ndarray, u2: np.ndarray) -> bool:

@@ -14,6 +14,7 @@ from dpgm.algorithms.bayesian import (
     log_marginal_likelihood,
     n_free_parameters,
 )
+from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import complete_counts, data_states, saturated_scope
@@ -107,7 +108,7 @@ def _random_starts(model: BayesianNetwork, plan, n_init: int, random_state,
     return starts
 
 
-class BayesianNetworkEM:
+class BayesianNetworkEM(EMFamily):
     """EM on raw arrays: the parameters are one vector (:class:`~dpgm.inference.families.FamilyPlan`'s
     layout), the E step returns expected family counts in the same layout, the M step normalizes
     them; labels are attached only for checkpoints and the result. SQUAREM works on the

@@ -59,12 +59,46 @@ def total_rows(data, client) -> float:
 
 def run_em(family, starts, *, tol, max_iter, callback, client, checkpoint=None, resume=None, accelerate=None,
            incremental: bool = False, prune_restarts: bool = False):
-    """Run :func:`dpgm.algorithms.em.em` with ``dpgm.fit``'s EM options (one place for every model kind)."""
+    """Run :func:`dpgm.algorithms.em.em` with ``dpgm.fit``'s EM options (one place for every model kind).
+
+    ``checkpoint`` and ``resume`` are checkpoint folders (paths, fsspec URLs or mappers,
+    :mod:`dpgm.io.checkpoint`): the loop's snapshot after every iteration is written to
+    ``checkpoint``; ``resume``'s newest iteration, verified, is the state the loop goes on from.
+    """
     from dpgm.algorithms.em import em
 
     return em(family, starts, max_iter=max_iter, tol=tol, callback=event_callback(client, callback),
-              checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=bool(incremental),
-              prune_restarts=bool(prune_restarts))
+              on_iteration=None if checkpoint is None else checkpoint_writer(checkpoint),
+              resume_from=None if resume is None else saved_loop(resume),
+              accelerate=accelerate, incremental=bool(incremental), prune_restarts=bool(prune_restarts))
+
+
+def checkpoint_writer(folder):
+    """The ``on_iteration`` hook that writes each :class:`~dpgm.algorithms.em.LoopSnapshot` into ``folder``."""
+    from dpgm.io.checkpoint import write_checkpoint
+
+    def write(snapshot) -> None:
+        write_checkpoint(folder, snapshot.iteration, snapshot.models, snapshot.state, snapshot.loop)
+
+    return write
+
+
+def saved_loop(folder):
+    """The loop state of the newest iteration in the checkpoint ``folder``, verified (a ``resume_from``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No complete checkpoint in the folder.
+    dpgm.io.checkpoint.CheckpointDamaged
+        A file of the checkpoint is not what dpgm wrote (named).
+    """
+    from dpgm.algorithms.em import SavedLoop
+    from dpgm.io.checkpoint import read_checkpoint
+
+    iteration, _, saved = read_checkpoint(folder, models=False)
+    return SavedLoop(iteration, saved["loop"], saved["histories"],
+                     f"the checkpoint {str(getattr(folder, 'root', folder))!r}")
 
 
 def em_result(state, method: str, n_params: int, n_rows: float) -> FitResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import data_states
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
@@ -12,8 +13,9 @@ from dpgm.errors import DataError
 from dpgm.models.hmm import HiddenMarkovModel
 
 
-class HiddenMarkovEM:
-    """Baum-Welch as an EM family: forward-backward E step, row normalisation M step.
+class HiddenMarkovEM(EMFamily):
+    """Baum-Welch as an EM family: forward-backward E step, row normalisation M step (the parameters are the
+    model itself: ``to_model`` and ``from_model`` are the identity).
 
     The parameter vector is ``start``, ``transition`` and ``emission`` flattened; SQUAREM
     works on their logs, renormalised per distribution (the start, each row).
@@ -55,12 +57,6 @@ class HiddenMarkovEM:
         flat = group_softmax(vector, self.groups, self.n_groups)
         n, m = like.n_states, like.emission.shape[1]
         return like.with_arrays(flat[:n], flat[n:n + n * n].reshape(n, n), flat[n + n * n:].reshape(n, m))
-
-    def to_model(self, model: HiddenMarkovModel) -> HiddenMarkovModel:
-        return model
-
-    def from_model(self, model: HiddenMarkovModel) -> HiddenMarkovModel:
-        return model
 
     def add(self, first: dict, second: dict) -> dict:
         return {k: first[k] + second[k] for k in first}

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.linalg
 import xarray as xr
 
+from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.irls import solve_normal_equations
 from dpgm.algorithms.result import FitResult
 from dpgm.api.checks import check_tabular
@@ -172,7 +173,7 @@ def _parameters(plan: LatentPlan, network: HybridNetwork) -> dict:
     return params
 
 
-class HybridEM:
+class HybridEM(EMFamily):
     """The EM family of a hybrid network with one latent root (see :class:`dpgm.algorithms.em.EMFamily`)."""
 
     def __init__(self, model: HybridNetwork, plan: LatentPlan, plans, schema, data, client, progress):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.mixture import (
     MixtureParameters,
     from_unconstrained,
@@ -78,7 +79,7 @@ def _starts(model, data, weight, n_init, random_state, init, reg_covar, client, 
             for _ in range(n_init)], drawn["counts"]
 
 
-class MixtureEM:
+class MixtureEM(EMFamily):
     """EM for a Gaussian mixture as an EM family (:func:`dpgm.stats.mixture.estep_pass`, then
     :func:`dpgm.algorithms.mixture.m_step`).
 

@@ -172,8 +172,8 @@ def check_checkpoint(model, data, method: str, options: dict, extra: dict | None
     """
     import warnings
 
-    from dpgm.algorithms.checkpoint import check_fingerprint, set_fingerprint
     from dpgm.errors import DpgmWarning
+    from dpgm.io.checkpoint import check_fingerprint, set_fingerprint
 
     checkpoint, resume = options.get("checkpoint"), options.get("resume")
     if checkpoint is None and resume is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.result import FitResult
@@ -17,7 +18,7 @@ from dpgm.models.markov import MarkovNetwork
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
 
 
-class UndirectedEM:
+class UndirectedEM(EMFamily):
     """EM for Markov networks (IPF M step) and log-linear models (GIS M step) as one EM family.
 
     Parameters are the log-potentials by scope (Markov) or the weight vector (log-linear),
@@ -40,7 +41,7 @@ class UndirectedEM:
         if not self.markov:
             self.order = feature_set(model)[1]
 
-    def log_tables(self, parameters) -> dict:
+    def _log_tables(self, parameters) -> dict:
         return parameters if self.markov else self.features.log_potentials(parameters)
 
     def estep(self, parameters, iteration, rows=None):
@@ -51,7 +52,7 @@ class UndirectedEM:
         variables = self.model.variables
         # rows whose unobserved groups are cheap to enumerate skip the tree (ScopeEnumeration)
         trees = [ScopeEnumeration(variables, self.cards,
-                                  [(s, np.exp(t)) for s, t in self.log_tables(p).items()] + self.fixed_factors,
+                                  [(s, np.exp(t)) for s, t in self._log_tables(p).items()] + self.fixed_factors,
                                   self.scopes, self.structure)
                  for p in parameters]
         with iteration_span("dpgm-em", iteration):
@@ -96,9 +97,6 @@ class UndirectedEM:
                               vector[offset:offset + size]).reshape(shape)
             offset += size
         return out
-
-    def unconstrained(self, parameters) -> np.ndarray:
-        return self.vector(parameters)
 
     def from_model(self, model):
         if self.markov:

@@ -42,11 +42,11 @@ def errors(checkpoint: str | None = None) -> Iterator[None]:
     2, 65, 66, 73, 78 without changing the input, and 70 is a bug (-v shows the traceback).
     ``checkpoint``: the fit's --checkpoint folder, named when the run is cut short.
     """
-    from dpgm.algorithms.checkpoint import CheckpointMismatch
     from dpgm.cluster import SchedulerUnreachable
     from dpgm.data.claim import OutputBusy
     from dpgm.errors import ConfigError, DataError
     from dpgm.inference.triangulation import TreeTooLarge
+    from dpgm.io.checkpoint import CheckpointMismatch
 
     Run.begin(checkpoint)
     try:

@@ -4,7 +4,7 @@ A checkpoint folder holds one folder per saved iteration (``iteration-000007``)
 and a ``LATEST`` file naming the newest complete one. An iteration folder holds:
 
 * ``state.json``: the history and status of every restart, the loop's state (a
-  :mod:`dpgm.algorithms.snapshot` structure), the SHA-256 digest of every other
+  :mod:`dpgm.io.snapshot` structure), the SHA-256 digest of every other
   file of the iteration, and its own digest (``"sha256"``, of the rest of the
   file in canonical JSON);
 * ``arrays.npz``: the arrays of the loop's state (parameters, SQUAREM's vectors),
@@ -53,8 +53,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from dpgm.algorithms.snapshot import SnapshotError, decode, encode
-from dpgm.errors import DataError
+from dpgm.errors import CheckpointMismatch, DataError
+from dpgm.io.snapshot import SnapshotError, decode, encode
 
 __all__ = ["CheckpointDamaged", "CheckpointMismatch", "CheckpointWriteError", "check_fingerprint",
            "latest_iteration", "read_checkpoint", "set_fingerprint", "write_checkpoint"]
@@ -66,10 +66,6 @@ _ITERATION = re.compile(r"iteration-(\d{6,})")
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 # errors of the device written to, not of the path: reported as I/O errors (exit 74), the iteration before kept
 DEVICE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO)
-
-
-class CheckpointMismatch(ValueError):
-    """A checkpoint written for other data or another model specification than the resumed run's."""
 
 
 class CheckpointDamaged(DataError):
@@ -184,7 +180,7 @@ def _device_error(error: BaseException) -> OSError | None:
 def write_checkpoint(folder: Location, iteration: int, models: list[Any], state: dict[str, Any],
                      loop: Any = None) -> str:
     """Save iteration ``iteration``: ``models`` (one per restart, for people), a JSON-able ``state``
-    and ``loop``, the exact state a resume continues from (see :mod:`dpgm.algorithms.snapshot`).
+    and ``loop``, the exact state a resume continues from (see :mod:`dpgm.io.snapshot`).
 
     Returns
     -------
@@ -384,7 +380,7 @@ def check_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> bool:
     -------
     bool
         True if it matches; False if the checkpoint has no fingerprint (written
-        by :func:`dpgm.algorithms.em.em` alone: nothing to compare).
+        without :func:`set_fingerprint`: nothing to compare).
 
     Raises
     ------
