@@ -102,6 +102,56 @@ def test_em_loop_options_run_where_declared_and_are_refused_elsewhere(kind, meth
     assert result.n_iter >= 1
 
 
+@pytest.mark.parametrize(("kind", "method"), EM_PAIRS, ids=[f"{k.name}-{m}" for k, m in EM_PAIRS])
+def test_each_em_method_hands_the_loop_a_family_declared_on_em_family(kind, method, monkeypatch):
+    """The family an EM method gives :func:`dpgm.algorithms.em.em` (recorded on its way in during a real fit) is
+    a subclass of ``EMFamily`` that implements the E step, the M step and the vector, and every public method or
+    attribute it defines is declared on ``EMFamily``: one the loop cannot know of is a defect."""
+    import dpgm.algorithms.em as loop
+    from dpgm.algorithms.em import EMFamily
+
+    families, run = [], loop.em
+
+    def recording(family, starts, **options):
+        families.append(family)
+        return run(family, starts, **options)
+
+    monkeypatch.setattr(loop, "em", recording)
+    case = _em_case(kind, method)
+    options = {k: v for k, v in case.options.items() if k in kind.methods[method].options}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        result = dpgm.fit(case.model(), case.data(), **(options | {"method": method, "max_iter": 2}))
+    assert result.n_iter == 2 and len(families) == 1
+    family = type(families[0])
+    assert issubclass(family, EMFamily) and family is not EMFamily
+    for required in ("estep", "mstep", "vector"):  # EMFamily's raise NotImplementedError
+        assert getattr(family, required) is not getattr(EMFamily, required), f"{family.__name__}.{required}"
+    declared = {name for name in dir(EMFamily) if not name.startswith("_")}
+    own = {name for cls in family.__mro__[:family.__mro__.index(EMFamily)] for name in vars(cls)
+           if not name.startswith("_")}
+    assert own <= declared, f"{family.__name__} defines {sorted(own - declared)}, not declared on EMFamily"
+
+
+def test_the_loop_reads_of_a_family_only_what_em_family_declares():
+    """Every ``family.<name>`` the EM loop's source reads is declared on ``EMFamily`` (no ``getattr`` with a
+    default standing in for a declaration)."""
+    import ast
+    import inspect
+
+    import dpgm.algorithms.em as loop
+    from dpgm.algorithms.em import EMFamily
+
+    tree = ast.parse(inspect.getsource(loop))
+    read = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "family"}
+    assert {"estep", "mstep", "vector", "incremental_full_first_pass"} <= read
+    assert read <= set(dir(EMFamily)), sorted(read - set(dir(EMFamily)))
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and isinstance(node.args[0], ast.Name)
+                and node.args[0].id == "family"]
+
+
 @pytest.mark.parametrize("spec_name", CASE_IDS)
 def test_a_specification_whose_model_is_not_a_name_is_a_spec_error(spec_name):
     """``model: [glm]`` (a list) once failed with ``TypeError: unhashable type``; a SpecError is exit 78."""
