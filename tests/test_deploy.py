@@ -92,6 +92,27 @@ def test_sbatch_steps_take_only_their_cpus():
     subprocess.run(["bash", "-n", DEPLOY / "slurm" / "dpgm-fit.sbatch"], check=True)
 
 
+def test_sbatch_finds_a_checkpoint_written_by_dpgm_fit_through_its_url(tmp_path):
+    """``has_checkpoint`` (which decides whether a requeued job resumes) imports dpgm's checkpoint reader for a
+    URL: run as the script defines it, on a checkpoint a real fit wrote and on an empty folder."""
+    import pandas as pd
+
+    text = (DEPLOY / "slurm" / "dpgm-fit.sbatch").read_text()
+    function = re.search(r"^has_checkpoint\(\) \{.*?^\}", text, flags=re.MULTILINE | re.DOTALL).group(0)
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x0": rng.normal(size=300), "x1": rng.normal(size=300)})
+    with pytest.warns(dpgm.ConvergenceWarning):
+        dpgm.fit(dpgm.GaussianMixture(2, ["x0", "x1"]), dpgm.from_pandas(frame), max_iter=2,
+                 checkpoint=str(tmp_path / "ck"))
+    (tmp_path / "empty").mkdir()
+    codes = {}
+    for name, where in {"url": f"file://{tmp_path / 'ck'}", "path": str(tmp_path / "ck"),
+                        "empty url": f"file://{tmp_path / 'empty'}", "empty path": str(tmp_path / "empty")}.items():
+        codes[name] = subprocess.run(["bash", "-c", f'{function}\nhas_checkpoint "$1"', "-", where],
+                                     env=_environment(), timeout=120).returncode
+    assert codes == {"url": 0, "path": 0, "empty url": 1, "empty path": 1}
+
+
 # ---------------------------------------------------------------- deploy/local
 
 
