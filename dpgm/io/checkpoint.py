@@ -1,5 +1,9 @@
 """Checkpoints of iterative fits: the loop's exact state after every iteration, verified on resume.
 
+The EM loop (:func:`dpgm.algorithms.em.em`) touches no storage: :func:`dpgm.api.em_control.run_em`
+writes each :class:`~dpgm.algorithms.em.LoopSnapshot` it hands over with :func:`write_checkpoint`,
+and gives it back what :func:`read_checkpoint` reads as a :class:`~dpgm.algorithms.em.SavedLoop`.
+
 A checkpoint folder holds one folder per saved iteration (``iteration-000007``)
 and a ``LATEST`` file naming the newest complete one. An iteration folder holds:
 
