@@ -101,3 +101,23 @@ def test_keys_differ_when_data_or_shared_differ(tmp_path):
 def test_no_columns_is_refused():
     with pytest.raises(ValueError, match="at least one column"):
         row_map(dpgm.from_pandas(_frame(n=10)), [], functools.partial(_weighted_block, names=()), 2)
+
+
+def test_a_quantity_reading_no_column_is_the_same_on_every_row(tmp_path):
+    """No observed variable: each row's posterior is the marginal (a root's fitted table = the relative
+    frequencies, pandas); a GLM with no parent predicts its intercept (gaussian: the mean, NumPy)."""
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame({"a": rng.choice(["no", "yes"], 700, p=[0.3, 0.7]),
+                          "b": rng.choice(["lo", "hi"], 700), "y": rng.normal(3.0, 1.0, 700)})
+    dpgm.write_dataset(dpgm.from_pandas(frame), tmp_path / "d.zarr", chunk_rows=CHUNK_ROWS)
+    data = dpgm.open_dataset(tmp_path / "d.zarr")
+    network = dpgm.fit(dpgm.BayesianNetwork.from_edges([("a", "b")]), data).model
+    only_a = data[["a"]]
+    posterior = dpgm.predict_proba(network, only_a, "a")
+    assert posterior.data.chunks[0] == (300, 300, 100)
+    frequencies = frame["a"].value_counts(normalize=True).sort_index().to_numpy()  # labels sort: no, yes
+    np.testing.assert_allclose(posterior.values, np.tile(frequencies, (700, 1)), rtol=1e-12)
+    glm = dpgm.fit(dpgm.GLMConditional("y", []), data).model
+    predicted = dpgm.predict(glm, data)
+    assert predicted.data.chunks[0] == (300, 300, 100)
+    np.testing.assert_allclose(predicted.values, np.full(700, frame["y"].mean()), rtol=1e-12)

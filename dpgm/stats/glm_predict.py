@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpgm.stats.irls import Design
-from dpgm.stats.rows import row_map
+from dpgm.stats.rows import constant_map, row_map
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -57,11 +57,7 @@ def glm_prediction_map(data: Any, design: Design, beta: np.ndarray, outputs: int
     One task per chunk (see :func:`dpgm.stats.rows.row_map`); the design and the
     coefficients enter the graph once.
     """
-    import dask.array as da
-
     names = [name for name, _ in design.parents]
     if not names:  # intercept only: every row predicts the same
-        n = data.sizes["row"]
-        return da.from_array(np.repeat(predict_block({"__rows__": np.zeros(1)}, design, beta), n, axis=0),
-                             chunks=(data.chunks.get("row", (n,)) if hasattr(data, "chunks") else n, outputs))
+        return constant_map(data, predict_block({"__rows__": np.zeros(1)}, design, beta))
     return row_map(data, names, _glm_block, outputs, shared=(design, np.asarray(beta)))

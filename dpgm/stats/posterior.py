@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpgm.data.schema import Schema
-from dpgm.stats.rows import row_map
+from dpgm.stats.rows import constant_map, row_map
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -19,7 +19,7 @@ __all__ = ["posterior_map"]
 
 def _posterior_block(index: int, columns: dict[str, np.ndarray], tree: Any, *, observed: tuple[str, ...],
                      target: str) -> np.ndarray:
-    codes = np.stack([np.asarray(columns[v]) for v in observed], axis=1) if observed else np.zeros((0, 0))
+    codes = np.stack([np.asarray(columns[v]) for v in observed], axis=1)
     _, marginals = tree.posteriors(codes, observed, targets=[target])
     return marginals[target]
 
@@ -33,5 +33,8 @@ def posterior_map(data, tree: Any, observed: Sequence[str], target: str, cardina
     schema = Schema.from_dataset(data)
     observed = tuple(observed)
     schema.check_scopes([observed])
+    if not observed:  # nothing observed: every row's posterior is the target's marginal
+        _, marginals = tree.posteriors(np.zeros((1, 0), dtype=np.int8), observed, targets=[target])
+        return constant_map(data, marginals[target])
     block = functools.partial(_posterior_block, observed=observed, target=target)
     return row_map(data, observed, block, cardinality, shared=tree)

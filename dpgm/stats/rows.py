@@ -21,7 +21,8 @@ The task keys are a hash of everything the result depends on: the block
 function (with the arguments bound to it), the columns, ``outputs``, ``dtype``,
 ``shared``, the caller's ``token_parts`` and the data's identity (the store's
 token and chunk starts when read from the store, else the source arrays' dask
-names). Two maps over different data or parameters never share a key.
+names). Two maps over different data or parameters never share a key;
+``shared`` is hashed once per call.
 
 Adding a per-row quantity
 -------------------------
@@ -37,8 +38,9 @@ workers)
         # shared: the object passed as ``shared`` (the fitted parameters)
         return scores  # (rows of the chunk, outputs) array of ``dtype``
 
-with the signature of :mod:`dpgm.stats.engine`'s chunk kernels, so one chunk
-function can serve a per-row map and, summed, a reduction. Its keyword
+with the signature of :mod:`dpgm.stats.engine`'s chunk kernels: a per-row block
+and a reduction's kernel can wrap one per-row function (the kernel sums what the
+block returns, e.g. a pass's total log-likelihood). Its keyword
 parameters are bound with :func:`functools.partial`; the public function is then
 one call::
 
@@ -46,7 +48,10 @@ one call::
             1, shared=parameters)
 
 and the caller wraps the lazy array as an ``xarray.DataArray`` over ``row``.
-Validation of the model and of the data stays at the public boundary (``api/``).
+A quantity that reads no column (a GLM with only an intercept, a posterior
+given no observed variable) is the same on every row: compute its one row and
+spread it with :func:`constant_map`. Validation of the model and of the data
+stays at the public boundary (``api/``).
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from dpgm.stats.engine import _run_chunk, _run_zarr_chunk
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["Block", "row_map"]
+__all__ = ["Block", "constant_map", "row_map"]
 
 Block = Callable[[int, dict[str, np.ndarray], Any], np.ndarray]
 """``block(chunk_index, {name: column}, shared) -> (rows, outputs)`` array of one chunk."""
@@ -112,7 +117,8 @@ def row_map(
     Raises
     ------
     ValueError
-        If ``names`` is empty (no column tells the chunks apart).
+        If ``names`` is empty (a quantity that reads no column is the same on
+        every row: :func:`constant_map`).
     """
     import dask
     import dask.array as da
@@ -145,3 +151,16 @@ def row_map(
                  for i in range(len(sizes))]
     return da.concatenate([da.from_delayed(part, shape=(int(n), int(outputs)), dtype=dtype)
                            for part, n in zip(parts, sizes, strict=True)])
+
+
+def constant_map(data: Any, values: np.ndarray) -> da.Array:
+    """Lazy ``(row, outputs)`` array holding the one row ``values`` (shape ``(1, outputs)``) on every row of ``data``.
+
+    Chunked like ``data`` along ``row``; nothing is repeated in memory.
+    """
+    import dask.array as da
+
+    values = np.asarray(values)
+    n = data.sizes["row"]
+    chunks = data.chunks.get("row", (n,)) if hasattr(data, "chunks") else (n,)
+    return da.broadcast_to(da.from_array(values), (n, values.shape[1]), chunks=(chunks, values.shape[1]))
