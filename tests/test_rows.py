@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import dpgm
+from dpgm.cluster import pass_name
 from dpgm.stats.rows import row_map
 
 NAMES = ("x", "y", "c")
@@ -61,6 +62,7 @@ def test_from_the_store_equals_numpy(tmp_path, client):
     array = _map(data, weights)
     chunk, shared = _tasks(array)
     assert len(chunk) == 4 and len(shared) == 1
+    assert pass_name(array) == "dpgm-predict"  # what the progress display and the dashboard show
     dependencies = array.__dask_graph__().get_all_dependencies()
     assert all(dependencies[k] == set(shared) for k in chunk)  # each task reads its chunk itself
     assert array.chunks == ((300, 300, 300, 100), (2,))
@@ -75,6 +77,7 @@ def test_in_memory_equals_numpy(client):
     array = _map(data, weights)
     chunk, shared = _tasks(array)
     assert len(chunk) == 5 and len(shared) == 1
+    assert pass_name(array) == "dpgm-predict"
     result = client.compute(array).result()
     np.testing.assert_array_equal(result, _oracle(frame, weights, 250))
     whole = _map(dpgm.from_pandas(frame), weights)  # NumPy-backed: one chunk

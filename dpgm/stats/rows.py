@@ -4,14 +4,15 @@
 model: a discrete model's posteriors (:func:`dpgm.stats.posterior.posterior_map`),
 a GLM child's predictions (:func:`dpgm.stats.glm_predict.glm_prediction_map`),
 a mixture's responsibilities (:func:`dpgm.stats.mixture.responsibility_map`).
-It builds one task per chunk along ``row``, named ``dpgm-predict-<token>`` (the
+It builds one task per chunk along ``row``, named ``dpgm-predict-map-<token>`` (the
 progress display and the dashboard show the pass as ``dpgm-predict``), and
 concatenates their ``(chunk rows, outputs)`` results in row order.
 
 Each task gets its chunk's columns the way the shared map-reduce
 (:mod:`dpgm.stats.engine`) gives them to a statistic: a dataset opened with
 :func:`dpgm.open_dataset` whose columns are untouched is read by the chunk task
-itself, straight from the Zarr store (:func:`dpgm.data.columns.zarr_columns`); any
+itself, straight from the Zarr store (:func:`dpgm.data.columns.zarr_columns`), and
+placed like a root task on the least busy worker; any
 other dataset (in memory, sliced, computed) contributes the blocks of its dask
 arrays, rechunked to the first column's row chunks. The ``shared`` object (a
 junction tree, a GLM's coefficients, a mixture's parameters) enters the graph
@@ -62,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpgm.data.columns import zarr_columns
-from dpgm.stats.engine import _run_chunk, _run_zarr_chunk
+from dpgm.stats.engine import _reading_tasks, _run_chunk
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -138,16 +139,14 @@ def row_map(
         sizes = np.asarray(chunks)
         source = [a.name for a in arrays]
     token = tokenize(prefix, block, names, int(outputs), np.dtype(dtype).str, shared, list(token_parts), source)
-    shared_key = dask.delayed(shared, pure=True, traverse=False, name=f"{prefix}-shared-{token}")
-    key = f"{prefix}-{token}"
-    if columns is not None:
-        parts = [dask.delayed(_run_zarr_chunk, pure=True, traverse=False)(
-                     block, i, shared_key, columns, dask_key_name=(key, i))
-                 for i in range(columns.n_chunks)]
+    if columns is not None:  # tasks that read the store, placed like dask.array's reading tasks
+        parts = _reading_tasks(columns, block, shared, prefix, token)
     else:
+        shared_key = dask.delayed(shared, pure=True, traverse=False, name=f"{prefix}-shared-{token}")
         blocks = [a.to_delayed().ravel() for a in arrays]
         parts = [dask.delayed(_run_chunk, pure=True, traverse=False)(
-                     block, i, shared_key, tuple(names), *(b[i] for b in blocks), dask_key_name=(key, i))
+                     block, i, shared_key, tuple(names), *(b[i] for b in blocks),
+                     dask_key_name=(f"{prefix}-map-{token}", i))
                  for i in range(len(sizes))]
     return da.concatenate([da.from_delayed(part, shape=(int(n), int(outputs)), dtype=dtype)
                            for part, n in zip(parts, sizes, strict=True)])
