@@ -8,15 +8,15 @@ two columns; categorical: one per state). One task per chunk (``dpgm-predict``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask
-import dask.array as da
 import numpy as np
-from dask.base import tokenize
 
-from dpgm.data.columns import ZarrColumns, zarr_columns
 from dpgm.stats.irls import Design
+from dpgm.stats.rows import constant_map, row_map
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 __all__ = ["glm_prediction_map", "predict_block"]
 
@@ -46,35 +46,18 @@ def predict_block(columns: dict[str, np.ndarray], design: Design, beta: np.ndarr
     return out
 
 
-def _from_store(design, beta, columns: ZarrColumns, index: int) -> np.ndarray:
-    return predict_block(columns.read(index), design, beta)
-
-
-def _from_blocks(design, beta, names, *blocks: np.ndarray) -> np.ndarray:
-    return predict_block(dict(zip(names, blocks, strict=True)), design, beta)
+def _glm_block(index: int, columns: dict[str, np.ndarray], shared: tuple[Design, np.ndarray]) -> np.ndarray:
+    design, beta = shared
+    return predict_block(columns, design, beta)
 
 
 def glm_prediction_map(data: Any, design: Design, beta: np.ndarray, outputs: int) -> da.Array:
-    """Lazy ``(row, outputs)`` predictions of the GLM ``design`` at ``beta`` for every row of ``data``."""
+    """Lazy ``(row, outputs)`` predictions of the GLM ``design`` at ``beta`` for every row of ``data``.
+
+    One task per chunk (see :func:`dpgm.stats.rows.row_map`); the design and the
+    coefficients enter the graph once.
+    """
     names = [name for name, _ in design.parents]
     if not names:  # intercept only: every row predicts the same
-        n = data.sizes["row"]
-        return da.from_array(np.repeat(predict_block({"__rows__": np.zeros(1)}, design, beta), n, axis=0),
-                             chunks=(data.chunks.get("row", (n,)) if hasattr(data, "chunks") else n, outputs))
-    columns = zarr_columns(data, names)
-    token = tokenize(design, beta, names, getattr(columns, "starts", None))
-    if columns is not None:
-        sizes = np.diff(columns.starts)
-        parts = [dask.delayed(_from_store, pure=True, traverse=False)(design, beta, columns, i,
-                                                                      dask_key_name=(f"dpgm-predict-{token}", i))
-                 for i in range(columns.n_chunks)]
-    else:
-        arrays = [da.asarray(data.variables[v].data) for v in names]
-        chunks = arrays[0].chunks[0]
-        blocks = [a.rechunk({0: chunks}).to_delayed().ravel() for a in arrays]
-        sizes = np.asarray(chunks)
-        parts = [dask.delayed(_from_blocks, pure=True, traverse=False)(design, beta, names, *(b[i] for b in blocks),
-                                                                       dask_key_name=(f"dpgm-predict-{token}", i))
-                 for i in range(len(chunks))]
-    return da.concatenate([da.from_delayed(p, shape=(int(n), outputs), dtype=float)
-                           for p, n in zip(parts, sizes, strict=True)])
+        return constant_map(data, predict_block({"__rows__": np.zeros(1)}, design, beta))
+    return row_map(data, names, _glm_block, outputs, shared=(design, np.asarray(beta)))

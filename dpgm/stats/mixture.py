@@ -35,6 +35,7 @@ from scipy.linalg import cho_solve, solve_triangular
 from dpgm.data.columns import zarr_columns
 from dpgm.errors import DataError
 from dpgm.stats.engine import map_reduce
+from dpgm.stats.rows import row_map
 
 __all__ = ["ComponentParameters", "RowSample", "estep_pass", "log_responsibilities", "responsibility_map",
            "sample_pass"]
@@ -352,49 +353,18 @@ def sample_pass(data: Any, variables: Sequence[str], weight: str | None, size: i
 # ---------------------------------------------------------------- per-row posteriors
 
 
-def _responsibility_block(params: ComponentParameters, variables: Sequence[str], index: int,
-                          columns: dict[str, np.ndarray]) -> np.ndarray:
+def _responsibility_block(index: int, columns: dict[str, np.ndarray], params: ComponentParameters, *,
+                          variables: tuple[str, ...]) -> np.ndarray:
     values, _ = _chunk_values(index, columns, variables, None)
     return np.exp(log_responsibilities(values, params))
-
-
-def _from_store(params, variables, columns, index: int) -> np.ndarray:
-    return _responsibility_block(params, variables, index, columns.read(index))
-
-
-def _from_blocks(params, variables, index: int, *blocks: np.ndarray) -> np.ndarray:
-    return _responsibility_block(params, variables, index, dict(zip(variables, blocks, strict=True)))
 
 
 def responsibility_map(data: Any, variables: Sequence[str], params: ComponentParameters) -> Any:
     """Lazy ``(row, component)`` posteriors of the components given each row's observed coordinates.
 
-    One task per chunk (``dpgm-predict`` in the dashboard); the parameters enter
-    the graph once.
+    One task per chunk (``dpgm-predict`` in the dashboard, see :func:`dpgm.stats.rows.row_map`);
+    the parameters enter the graph once.
     """
-    import dask
-    import dask.array as da
-    from dask.base import tokenize
-
-    variables = list(variables)
-    k = params.means.shape[0]
-    columns = zarr_columns(data, variables)
-    token = tokenize(params.means, params.covariances, params.log_weights, variables,
-                     getattr(columns, "starts", None), [data.variables[v].data for v in variables]
-                     if columns is None else None)
-    shared = dask.delayed(params, pure=True, traverse=False, name=f"dpgm-predict-mixture-{token}")
-    if columns is not None:
-        sizes = np.diff(columns.starts)
-        parts = [dask.delayed(_from_store, pure=True, traverse=False)(
-                     shared, variables, columns, i, dask_key_name=(f"dpgm-predict-{token}", i))
-                 for i in range(columns.n_chunks)]
-    else:
-        arrays = [da.asarray(data.variables[v].data) for v in variables]
-        chunks = arrays[0].chunks[0]
-        blocks = [a.rechunk({0: chunks}).to_delayed().ravel() for a in arrays]
-        sizes = np.asarray(chunks)
-        parts = [dask.delayed(_from_blocks, pure=True, traverse=False)(
-                     shared, variables, i, *(b[i] for b in blocks), dask_key_name=(f"dpgm-predict-{token}", i))
-                 for i in range(len(chunks))]
-    return da.concatenate([da.from_delayed(part, shape=(int(size), k), dtype=float)
-                           for part, size in zip(parts, sizes, strict=True)])
+    variables = tuple(variables)
+    block = functools.partial(_responsibility_block, variables=variables)
+    return row_map(data, variables, block, params.means.shape[0], shared=params)
