@@ -19,7 +19,7 @@ Run: ``python -m benchmarks.classical [--quick]``.
 5. **Bayesian scores**: BDeu and K2 of alarm's structure on 10^4 ... 10^6 sampled
    rows, dpgm (one counting pass + the closed form) vs pgmpy's ``BDeu`` / ``K2``
    scores. The K2 difference is pgmpy's convention, not an error: it adds
-   ``lgamma(r)`` per unobserved parent configuration (see ``tests/test_bayes_score.py``).
+   ``lgamma(r)`` per unobserved parent configuration (see ``tests/api/test_bayes_score.py``).
 
 Quality columns: the largest relative difference of fitted cells from the
 GLM's (non-zero cells), |G^2 - GLM deviance|, and for scores |dpgm - pgmpy|.

@@ -76,7 +76,7 @@ def _tree(model) -> BatchedTree:
 
 
 def _pgmpy_network(model):
-    """The same network in pgmpy, from dpgm's tables (as in tests/test_exact.py)."""
+    """The same network in pgmpy, from dpgm's tables (as in tests/inference/test_exact.py)."""
     from pgmpy.factors.discrete import TabularCPD
     from pgmpy.models import DiscreteBayesianNetwork
 

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -94,6 +95,22 @@ def _graph(*, lazy: bool) -> nx.DiGraph:
 def test_no_module_is_longer_than_600_lines():
     long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_tests_mirror_the_package_and_no_test_file_is_longer_than_600_lines():
+    """Tests live beside the layer they test (``tests/<layer>/``, named for the package's subpackages), or at
+    the top for the package as a whole and its top-level modules; no file is over the package's cap."""
+    tests = REPO / "tests"
+    layers = {path.name for path in ROOT.iterdir() if (path / "__init__.py").exists()}
+    folders = {path.name for path in tests.iterdir() if path.is_dir() and not path.name.startswith((".", "_"))}
+    assert folders <= layers | {"conformance"}, f"test folders that are no layer of dpgm: {folders - layers}"
+    long = {str(path.relative_to(tests)): n for path in sorted(tests.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"test files over {MAX_LINES} lines: {long}"
+    named = {name for page in [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+             for name in re.findall(r"tests/[\w/]+\.py", page.read_text())}
+    missing = sorted(name for name in named if not (REPO / name).exists())
+    assert not missing, f"the docs name test files that do not exist: {missing}"
 
 
 def test_every_module_is_imported_by_another_module():

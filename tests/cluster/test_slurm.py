@@ -29,7 +29,7 @@ from dpgm.spec import build_model, read_spec
 
 pytestmark = pytest.mark.slow
 
-SBATCH = Path(__file__).parent.parent / "deploy" / "slurm" / "dpgm-fit.sbatch"
+SBATCH = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "dpgm-fit.sbatch"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
 
 

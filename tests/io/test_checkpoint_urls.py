@@ -8,6 +8,7 @@ import warnings
 import fsspec
 import numpy as np
 import pytest
+from cli_runs import s3_server
 
 import dpgm
 
@@ -44,21 +45,11 @@ def test_a_checkpoint_url_never_becomes_a_local_folder(tmp_path, monkeypatch):
     _resumed_equals_uninterrupted(url, url)
     assert list(tmp_path.iterdir()) == []  # no folder named "memory:" (or "s3:") appeared
 
-
 @pytest.fixture(scope="module")
 def s3():
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
-    pytest.importorskip("s3fs", reason="s3fs is a test dependency")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": f"http://{host}:{port}",
-                                                                        "region_name": "us-east-1"}}
-    boto3 = pytest.importorskip("boto3")
-    boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="dpgm-runs")
-    yield options
-    server.stop()
+    """An S3-compatible server (moto) on loopback, with a bucket."""
+    with s3_server("dpgm-runs") as options:
+        yield options
 
 
 def test_s3_checkpoint_through_a_mapper_with_storage_options(s3):

@@ -3,7 +3,7 @@
 The pyAgrum network is built from OUR tables (pyAgrum's BIF reader parses single
 precision), so both sides use the same doubles. Tolerance 1e-8 as the issue
 asks (observed differences ~1e-15). pgmpy's VariableElimination is compared in
-tests/test_exact.py.
+tests/inference/test_exact.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import dpgm
 from dpgm.cli import cli
 from dpgm.cluster import NoWorkers, SchedulerUnreachable, job_script
 
-DEPLOY = Path(__file__).parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 BIN = Path(sys.executable).parent
 SCRIPTS = [p for p in DEPLOY.rglob("*") if p.is_file() and (p.suffix in {".sh", ".sbatch", ".yaml", ".yml"}
                                                              or p.name == "Dockerfile")]

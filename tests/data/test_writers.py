@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cli_runs import error_line, s3_server
 
 import dpgm
 
@@ -31,7 +32,7 @@ HOST = socket.gethostname()
 def environment(cwd_path: bool = False) -> dict[str, str]:
     env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
     env.pop("DASK_SCHEDULER_ADDRESS", None)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -49,15 +50,6 @@ def start(*args, cwd=None) -> subprocess.Popen:
     """A ``dpgm`` process in its own session (so a kill reaches its local cluster's workers too)."""
     return subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=environment(), cwd=cwd, start_new_session=True)
-
-
-def error_line(result, code: int) -> str:
-    """The one ``Error: ...`` line of a failed command, after checking its exit code."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr, result.stderr
-    return lines[0]
 
 
 def race(*commands: tuple) -> list[subprocess.CompletedProcess]:
@@ -435,22 +427,11 @@ def test_relative_paths_reach_workers_running_in_another_folder(tmp_path, monkey
 
 # ---------------------------------------------------------------------------- object stores (moto S3)
 
-
 @pytest.fixture(scope="module")
 def s3():
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
-    pytest.importorskip("s3fs", reason="s3fs is a test dependency")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    options = {"key": "testing", "secret": "testing",
-               "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="dpgm-writers")
-    yield options
-    server.stop()
+    """An S3-compatible server (moto) on loopback, with a bucket."""
+    with s3_server("dpgm-writers") as options:
+        yield options
 
 
 def test_s3_output_is_claimed_exclusively(s3, tmp_path):
@@ -542,7 +523,7 @@ def test_s3_overwrite_keeps_the_old_store_readable_until_the_new_one_is_complete
 def test_docs_one_writer_per_output_runs_as_written(tmp_path):
     """The section's Python block as a script in an empty folder: the replacement is swapped in whole, nothing
     is left beside it, the claim names this host, the column 'row' is refused."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "integrity.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrity.md").read_text()
     section = text[text.index("## One writer per output"):]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     (tmp_path / "script.py").write_text("\n".join(blocks))

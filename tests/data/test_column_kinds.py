@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zarr
+from cli_runs import error_line
 
 import dpgm
 from dpgm.data import ConversionReport
@@ -32,14 +33,6 @@ def run(*args) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
     environment.pop("DASK_SCHEDULER_ADDRESS", None)
     return subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=240)
-
-
-def error_line(result: subprocess.CompletedProcess, code: int) -> str:
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 def kind_line(stdout: str, column: str) -> str:

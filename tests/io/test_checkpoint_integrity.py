@@ -8,7 +8,6 @@ collinear design with NumPy's ``matrix_rank`` and statsmodels' rank of the desig
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import io
@@ -21,11 +20,11 @@ import time
 import warnings
 from pathlib import Path
 
-import dask
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from cli_runs import error_line, no_pass
 
 import dpgm
 from dpgm.errors import ConvergenceWarning, DataError, TableTooLarge
@@ -47,15 +46,6 @@ def run(*args, timeout: float = 300) -> subprocess.CompletedProcess:
                           env=environment(), timeout=timeout)
 
 
-def error_line(result: subprocess.CompletedProcess, code: int) -> str:
-    """The one ``Error`` line of a failed command, after checking its exit code and that no traceback shows."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr, result.stderr
-    return lines[0]
-
-
 def tables(model) -> dict[str, np.ndarray]:
     """Every array a model is saved as (its labelled tables), for exact comparison."""
     stored = dict(model._to_store())
@@ -70,16 +60,6 @@ def assert_same_model(a, b) -> None:
     assert sorted(first) == sorted(second)
     for key in first:
         assert np.array_equal(first[key], second[key], equal_nan=True), (key, np.abs(first[key] - second[key]).max())
-
-
-@contextlib.contextmanager
-def no_pass():
-    """Fail if anything is computed with Dask: a refusal must come before any pass over the data."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a pass over the data ran before the refusal")
-
-    with dask.config.set(scheduler=refuse):
-        yield
 
 
 # ---------------------------------------------------------------- a checkpoint, then damaged copies of it

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from cli_runs import error_line, s3_server
 from data_helpers import pandas_counts, random_frame
 
 import dpgm
@@ -36,15 +37,6 @@ def run(*args, check=True):
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}: {result.stderr}")
     return result
-
-
-def error_line(result, code: int) -> str:
-    """The one ``Error: ...`` line of a failed command, after checking its exit code."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr, result.stderr
-    return lines[0]
 
 
 def group_attrs(path) -> dict:
@@ -468,22 +460,11 @@ def test_predict_write_keeps_the_store_verifiable_and_its_new_chunks_checked(tmp
     assert code == 65 and report["variables"]["tub_proba"]["missing"] == [
         {"chunk": [2, 0], "file": str(store / "tub_proba" / "c" / "2" / "0")}]
 
-
 @pytest.fixture(scope="module")
 def s3():
     """An S3-compatible server (moto) on loopback, with a bucket."""
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
-    pytest.importorskip("s3fs", reason="s3fs is a test dependency")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": f"http://{host}:{port}",
-                                                                        "region_name": "us-east-1"}}
-    boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="dpgm-data")
-    yield options
-    server.stop()
+    with s3_server("dpgm-data") as options:
+        yield options
 
 
 def test_a_lost_object_on_s3_is_refused_on_the_cluster_and_by_verify(s3, client):
@@ -542,7 +523,7 @@ def test_no_single_byte_change_of_a_variables_metadata_changes_what_is_read(tmp_
 
 
 def test_the_documented_data_integrity_example_runs_as_written():
-    page = (Path(__file__).resolve().parents[1] / "docs" / "integrity.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "integrity.md").read_text()
     section = page.split("## Data integrity", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python")[1:]]
     block = next(b for b in blocks if "dpgm.verify(path)" in b)

@@ -3,8 +3,8 @@ and no half-written output left behind or accepted.
 
 CLI cases run the real ``.venv/bin/dpgm`` in subprocesses. Those that fail before any cluster
 starts (and a few on a one-worker cluster) run concurrently in one pool (``cli_results``) so the
-suite stays fast; each case is still its own test. API cases run in-process and assert that no
-pass over the data ran before the refusal.
+suite stays fast; each case is still its own test. The same refusals from Python are in
+``tests/api/test_refusals.py``.
 """
 
 from __future__ import annotations
@@ -19,19 +19,18 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-import dask
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from cli_runs import error_line
 
 import dpgm
-from dpgm.errors import ConfigError, ConfigTypeError, ConvergenceWarning, TableTooLarge
+from dpgm.errors import ConfigTypeError, TableTooLarge
 
 DPGM = str(Path(sys.executable).with_name("dpgm"))
 ASIA_SPEC = "model: bayesian_network\nnetwork: asia\n"
@@ -49,28 +48,9 @@ def run(*args, timeout: float = 180) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def error_line(result: subprocess.CompletedProcess, code: int) -> str:
-    """The one ``Error`` line of a failed command, after checking its exit code."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr, result.stderr
-    return lines[0]
-
-
 def leftovers(folder: Path) -> list[Path]:
     """Temporary names of outputs written atomically, which must never survive a command."""
     return [p for p in folder.rglob("*") if ".partial-" in p.name or p.name.startswith(".dpgm-probe-")]
-
-
-@contextlib.contextmanager
-def no_pass():
-    """Fail if anything is computed with Dask (the refusal must come before any pass over the data)."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a pass over the data ran before the refusal")
-
-    with dask.config.set(scheduler=refuse):
-        yield
 
 
 def _mount_tmpfs(folder: Path, size: str = "1m") -> str | None:
@@ -399,140 +379,6 @@ def test_interrupt_with_a_checkpoint_is_75_naming_its_iteration(tmp_path):
     assert code == 75 and "SIGTERM" in message and "iteration 4" in message and "--resume" in message
     code, message = _classify(Terminated(signal.SIGTERM), None)
     assert code == 143
-
-
-# ---------------------------------------------------------------- dpgm.fit's options, before any pass
-
-
-@pytest.fixture(scope="module")
-def asia():
-    return dpgm.sample_bayesian_network(dpgm.load_network("asia"), 500, None, seed=1, chunk_rows=100)
-
-
-def _models():
-    truth = dpgm.load_network("asia")
-    states = truth.states
-    scopes = [("smoke", "lung"), ("lung", "either")]
-    return {
-        "bn": dpgm.BayesianNetwork.from_edges(truth.edges),
-        "lca": dpgm.latent_class_model({v: states[v] for v in ("xray", "dysp", "tub")}, 2),
-        "markov": dpgm.MarkovNetwork.from_cliques(scopes, states),
-        "loglinear": dpgm.LogLinearModel.from_margins(scopes, states),
-        "hmm": dpgm.hmm(2, ["a", "b"]),
-    }
-
-
-OPTIONS = [
-    # (model, method, options, error type, name the message must hold)
-    ("bn", None, {"max_iter": 0}, ValueError, "max_iter"),
-    ("lca", "em", {"max_iter": "ten"}, TypeError, "max_iter"),
-    ("lca", "em", {"n_init": 0}, ValueError, "n_init"),
-    ("lca", "em", {"n_init": 2.5}, TypeError, "n_init"),
-    ("lca", "em", {"tol": -1.0}, ValueError, "tol"),
-    ("lca", "em", {"tol": float("nan")}, ValueError, "tol"),
-    ("lca", "em", {"random_state": -3}, ValueError, "random_state"),
-    ("lca", "em", {"init": "kmeans"}, ValueError, "init"),
-    ("lca", "em", {"init": "model", "n_init": 3}, ValueError, "n_init"),
-    ("lca", "em", {"persist": "yes"}, TypeError, "persist"),
-    ("lca", "em", {"checkpoint": 3}, TypeError, "checkpoint"),
-    ("bn", "magic", {}, ValueError, "'magic'"),
-    ("bn", 3, {}, TypeError, "method"),
-    ("bn", "bayes", {"prior": "bdeu"}, ValueError, "prior"),
-    ("bn", "bayes", {"equivalent_sample_size": -1}, ValueError, "equivalent_sample_size"),
-    ("bn", "mle", {"tolerance": 1e-3}, ValueError, "tolerance"),
-    ("markov", "ipf", {"l1": 0.1}, ValueError, "l1"),
-    ("markov", "ipf", {"loglik_tol": -1}, ValueError, "loglik_tol"),
-    ("markov", "em", {"m_step": "gis"}, ValueError, "m_step"),
-    ("markov", "em", {"inner_iter": 0}, ValueError, "inner_iter"),
-    ("loglinear", "lbfgs", {"l2": -1.0}, ValueError, "l2"),
-    ("loglinear", "newton", {"l1": 0.5}, ValueError, "l1"),
-    ("hmm", "ipf", {}, ValueError, "'ipf'"),
-    ("hmm", "em", {"n_init": True}, TypeError, "n_init"),
-]
-
-
-@pytest.mark.parametrize("kind, method, options, error, name", OPTIONS,
-                         ids=[f"{o[0]}-{o[1]}-{'-'.join(o[2]) or 'method'}" for o in OPTIONS])
-def test_fit_options_are_checked_before_any_pass(asia, kind, method, options, error, name):
-    model = _models()[kind]
-    with no_pass(), pytest.raises(error, match=name) as info:
-        dpgm.fit(model, asia, method=method, **options)
-    assert isinstance(info.value, ConfigError)
-
-
-def test_fit_refuses_an_object_that_is_no_model(asia):
-    with no_pass(), pytest.raises(TypeError, match="cannot fit a dict"):
-        dpgm.fit({}, asia)
-
-
-@pytest.mark.parametrize("spec, key", [
-    ({"model": "hmm", "n_states": 0, "symbols": ["a"]}, "n_states"),
-    ({"model": "hmm", "n_states": 2, "symbols": "ab"}, "symbols"),
-    ({"model": "bayesian_network", "edges": [["a", "b"]], "latent": ["H"]}, "latent"),
-    ({"model": "latent_class", "n_classes": 2, "cliques": [["a"]]}, "cliques"),
-    ({"model": "latent_class", "n_classes": 2, "checkpoint": "ck"}, "--checkpoint"),
-    ({"model": "bayesian_network", "network": "asia", "edges": [["a", "b"]]}, "network"),
-], ids=["n_states", "symbols", "latent", "misplaced-key", "checkpoint-key", "network-and-edges"])
-def test_spec_keys_are_checked_by_kind(spec, key):
-    from dpgm.spec import SpecError, build_model
-
-    with pytest.raises(SpecError, match=key):
-        build_model(spec, {"a": ("x", "y"), "b": ("u", "v")})
-
-
-def test_counts_refuses_a_table_it_cannot_allocate_before_any_pass():
-    wide = dpgm.from_pandas(pd.DataFrame({f"v{i:02d}": ["a", "b"] for i in range(37)}))
-    start = time.perf_counter()
-    with no_pass(), pytest.raises(TableTooLarge, match=r"37 variables\) needs a table of 450,283,905,890,997,363"):
-        dpgm.counts(wide, [tuple(wide.data_vars)])
-    assert time.perf_counter() - start < 1.0
-    with no_pass(), pytest.raises(ValueError, match="v00"):
-        dpgm.counts(wide, [("v00",), tuple(wide.data_vars)[:30]])
-
-
-# ---------------------------------------------------------------- checkpoints resumed from Python
-
-
-@pytest.fixture(scope="module")
-def checkpointed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume")
-    truth = dpgm.load_network("asia")
-    ds = dpgm.sample_bayesian_network(truth, 1000, root / "d.zarr", seed=0, chunk_rows=250)
-    dpgm.sample_bayesian_network(truth, 1000, root / "other.zarr", seed=1, chunk_rows=250)
-    model = _models()["lca"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        dpgm.fit(model, ds, method="em", max_iter=2, tol=0.0, random_state=0, checkpoint=str(root / "ck"))
-    return root, model
-
-
-@pytest.mark.parametrize("change, words", [
-    ("data", ["other data", "other.zarr"]),
-    ("model", ["other model", "states.class"]),
-    ("options", ["other model", "n_init"]),
-])
-def test_python_resume_refuses_a_checkpoint_of_another_fit(checkpointed, change, words):
-    from dpgm.io.checkpoint import CheckpointMismatch
-
-    root, model = checkpointed
-    data = dpgm.open_dataset(root / ("other.zarr" if change == "data" else "d.zarr"))
-    options = {"random_state": 0} | ({"n_init": 2} if change == "options" else {})
-    if change == "model":
-        states = dpgm.load_network("asia").states
-        model = dpgm.latent_class_model({v: states[v] for v in ("xray", "dysp", "tub")}, 3)
-    with no_pass(), pytest.raises(CheckpointMismatch) as info:
-        dpgm.fit(model, data, method="em", max_iter=4, tol=0.0, resume=str(root / "ck"), **options)
-    for word in [str(root / "ck"), *words]:
-        assert word in str(info.value)
-
-
-def test_python_resume_of_the_same_fit_runs_longer(checkpointed):
-    root, model = checkpointed
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        result = dpgm.fit(model, dpgm.open_dataset(root / "d.zarr"), method="em", max_iter=4, tol=0.0,
-                          random_state=0, resume=str(root / "ck"))
-    assert result.n_iter == 4
 
 
 # ---------------------------------------------------------------- signals to a running fit

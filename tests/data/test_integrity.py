@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 import zarr
+from cli_runs import error_line
 from zarr.codecs import Crc32cCodec
 
 import dpgm
@@ -38,15 +39,6 @@ def run(*args, check=True):
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}: {result.stderr}")
     return result
-
-
-def error_line(result, code: int) -> str:
-    """The one ``Error: ...`` line of a failed command, after checking its exit code."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr, result.stderr
-    return lines[0]
 
 
 def attrs(path) -> dict:

@@ -3,7 +3,7 @@
 The network's log-likelihood factorizes over nodes, so it must equal the sum of
 statsmodels' ``llf`` of every GLM node (fitted alone, in memory) plus
 ``sum n log(n / n_parents)`` of every table (pandas counts): rel 1e-8 after fitting
-to ``tol=1e-12``; coefficients rel 1e-8 as in tests/test_glm.py.
+to ``tol=1e-12``; coefficients rel 1e-8 as in tests/api/test_glm.py.
 """
 
 from __future__ import annotations
