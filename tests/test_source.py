@@ -54,14 +54,11 @@ def _brute_force_em(frame, start: dpgm.BayesianNetwork, n_iter: int):
         logliks.append(float(np.log(marginal).sum()))
         post = joint / marginal[:, None]
         prior = post.sum(axis=0) / len(codes)
-        new = []
-        for j, table in enumerate(tables):
-            counts = np.zeros_like(table)
-            seen = codes[:, j] >= 0
-            np.add.at(counts, codes[seen, j], post[seen])
-            counts += table * post[~seen].sum(axis=0)[None, :]  # a missing answer, in expectation
-            new.append(counts / counts.sum(axis=0, keepdims=True))
-        tables = new
+        # P(answer, class | row): the answer seen, or the class's answer distribution where it is missing
+        answers = [np.where((codes[:, j] >= 0)[:, None, None], np.eye(len(table))[codes[:, j]][:, :, None],
+                            table[None]) for j, table in enumerate(tables)]
+        expected = [np.einsum("nsk,nk->sk", answer, post) for answer in answers]
+        tables = [e / e.sum(axis=0, keepdims=True) for e in expected]
     return logliks, parameters
 
 
