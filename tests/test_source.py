@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conformance.builders import CASE_IDS, CASES
 
 import dpgm
 from dpgm.data.schema import Schema
@@ -104,3 +105,14 @@ def test_a_source_of_a_source_is_itself_and_a_table_has_no_schema():
     assert DataSource.of(table).schema is None
     assert DataSource.of(table).n_rows == table.size
     assert source.n_rows == 200 and source.states["smoke"] == ("yes", "no")
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_every_kind_reads_the_schema_once_per_fit(case, schema_reads):
+    """Every registered kind (the conformance cases), iterative or not, in memory: one schema read per fit."""
+    data = case.data()
+    schema_reads.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        result = dpgm.fit(case.model(), data, **case.options)
+    assert len(schema_reads) == 1, f"{len(schema_reads)} schema reads in a fit of {result.n_iter} iteration(s)"

@@ -20,9 +20,8 @@ from dpgm.stats.source import DataSource
 
 
 def data_states(data: xr.Dataset | xr.DataArray) -> dict[str, tuple[str, ...]]:
-    if isinstance(data, xr.DataArray):
-        return {str(d): tuple(str(s) for s in data.coords[d].values) for d in data.dims if d in data.coords}
-    return Schema.from_dataset(data).states
+    """State labels of every categorical variable of a dataset or table (a fit reads its source's instead)."""
+    return DataSource.of(data).states
 
 
 def check_variables(variables: Sequence[str], model_states: dict, data_states: dict, *, data=None,
