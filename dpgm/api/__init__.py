@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from dpgm.api.options import check_checkpoint, check_fit_options, check_sizes
 from dpgm.api.predict import predict_proba
 from dpgm.api.sources import open_source
 from dpgm.progress import FitProgress
+from dpgm.stats.source import DataSource
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -120,17 +122,20 @@ def fit(
     """
     data = open_source(data, convert=convert, client=client)
     resolved = check_fit_options(model, method, {"tol": tol, "max_iter": max_iter, **options})
-    check_sizes(model, data, resolved, options)  # hidden and latent states, mixture components: before any pass
-    check_checkpoint(model, data, resolved, {"tol": tol, "max_iter": max_iter, **options})
-    if method == "em" and isinstance(data, xr.DataArray):
+    source = DataSource.of(data, client=client)  # a dataset's schema is read here, once per fit
+    check_sizes(model, source, resolved, options)  # hidden and latent states, mixture components: before any pass
+    check_checkpoint(model, source, resolved, {"tol": tol, "max_iter": max_iter, **options})
+    if method == "em" and source.is_table:
         from dpgm.data import from_table
 
         data = from_table(data)  # EM reads rows: a table's cells become weighted rows
+        source = DataSource.of(data, client=client)
     watch = FitProgress.start(progress, method=resolved, tol=tol)  # every pass and record told to it
+    source = dataclasses.replace(source, progress=watch)
     told = watch.watch(callback)
     reporter = _reporter(model, data, resolved, client, told)
     try:
-        result = _dispatch(model, data, resolved, tol=tol, max_iter=max_iter, client=client, progress=watch,
+        result = _dispatch(model, source, resolved, tol=tol, max_iter=max_iter,
                            callback=told if reporter is None else reporter, **options)
     except BaseException as error:
         watch.fail(error)
@@ -165,7 +170,7 @@ def _reporter(model, data, method, client, callback):
         return None
 
 
-def _dispatch(model, data, method: str, *, tol, max_iter, client, progress, callback, **options) -> FitResult:
+def _dispatch(model, source: DataSource, method: str, *, tol, max_iter, callback, **options) -> FitResult:
     """Run the registered fit function of ``model``'s kind and ``method`` (checked by :func:`check_fit_options`)."""
-    return kind_of(model).methods[method].run(model, data, method, tol=tol, max_iter=max_iter, client=client,
-                                               progress=progress, callback=callback, **options)
+    return kind_of(model).methods[method].run(model, source, method, tol=tol, max_iter=max_iter, callback=callback,
+                                               **options)

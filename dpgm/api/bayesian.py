@@ -17,13 +17,14 @@ from dpgm.algorithms.bayesian import (
 from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.goodness import deviance_and_pearson
 from dpgm.algorithms.result import FitResult
-from dpgm.api.checks import complete_counts, data_states, saturated_scope
+from dpgm.api.checks import complete_counts, saturated_scope
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.labels import StateOrder, align
 from dpgm.api.results import fit_result
 from dpgm.cpt import PRIORS, random_tables
 from dpgm.errors import DataError
 from dpgm.models.bayesian_network import BayesianNetwork
+from dpgm.stats.source import DataSource
 
 
 def _bn_joint(model: BayesianNetwork, order: Sequence[str]) -> np.ndarray:
@@ -47,7 +48,7 @@ def _check_prior(prior, equivalent_sample_size) -> None:
         raise ValueError(f"equivalent_sample_size must be finite and positive, got {equivalent_sample_size!r}")
 
 
-def fit_bayesian_network(model, data, method, *, client, progress, prior=None, equivalent_sample_size=5.0,
+def fit_bayesian_network(model, source: DataSource, method, *, prior=None, equivalent_sample_size=5.0,
                           pseudo_counts=None, goodness_of_fit=True) -> FitResult:
     methods = ("mle", "bayes")
     if method not in methods:
@@ -57,13 +58,13 @@ def fit_bayesian_network(model, data, method, *, client, progress, prior=None, e
     if method == "mle" and prior is not None:
         method = "bayes"
     _check_prior(prior, equivalent_sample_size)
-    states = data_states(data)
-    model, order = align(model, data, states=states)
+    states = source.states
+    model, order = align(model, source.data, states=states)
     pseudo_counts = order.tables(pseudo_counts, dict(zip(model.variables, model.families, strict=True)), states)
     families = model.families
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     scopes = families + ([saturated] if saturated else [])
-    tables = complete_counts(data, scopes, client, progress)
+    tables = complete_counts(source, scopes)
     estimate, info = bayesian_network_estimate(
         model, tables, prior=prior, equivalent_sample_size=equivalent_sample_size,
         pseudo_counts_by_variable=pseudo_counts,
@@ -114,9 +115,9 @@ class BayesianNetworkEM(EMFamily):
     them; labels are attached only for checkpoints and the result. SQUAREM works on the
     log-probabilities, renormalised per parent configuration."""
 
-    def __init__(self, model: BayesianNetwork, plan, data, observed, pseudo, client, progress):
-        self.model, self.plan, self.data, self.observed = model, plan, data, observed
-        self.pseudo, self.client, self.progress = pseudo, client, progress
+    def __init__(self, model: BayesianNetwork, plan, source: DataSource, observed, pseudo):
+        self.model, self.plan, self.source, self.observed = model, plan, source, observed
+        self.pseudo = pseudo
 
     def estep(self, thetas, iteration, rows=None):
         from dpgm.cluster import iteration_span
@@ -124,8 +125,8 @@ class BayesianNetworkEM(EMFamily):
         from dpgm.stats.expected import expected_counts
 
         with iteration_span("dpgm-em", iteration):
-            results = expected_counts(self.data, [FamilyParameters(self.plan, t) for t in thetas], self.observed,
-                                      client=self.client, progress=self.progress, rows=rows)
+            results = expected_counts(self.source, [FamilyParameters(self.plan, t) for t in thetas], self.observed,
+                                      rows=rows)
         if any(s["tree_rows"] for _, s in results) and not self.plan.has_tree:
             self.plan.build_tree()  # once, here: later passes ship it instead of each worker building it
         return results
@@ -165,10 +166,10 @@ class BayesianNetworkEM(EMFamily):
     def row_blocks(self, n_blocks: int):
         from dpgm.stats.expected import row_blocks
 
-        return row_blocks(self.data, self.observed, n_blocks)
+        return row_blocks(self.source, self.observed, n_blocks)
 
 
-def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, client, progress, callback,
+def fit_bayesian_network_em(model: BayesianNetwork, source: DataSource, *, tol, max_iter, callback,
                              n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
                              persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
                              pseudo_counts=None, accelerate=None, incremental=False,
@@ -180,29 +181,28 @@ def fit_bayesian_network_em(model: BayesianNetwork, data, *, tol, max_iter, clie
         raise ValueError("EM needs the states of every variable, latent ones included: "
                          "give BayesianNetwork.from_edges(edges, states)")
     _check_prior(prior, equivalent_sample_size)
-    states = data_states(data)
+    states = source.states
     observed = [v for v in model.variables if v in states]
     latent = [v for v in model.variables if v not in states]
     if not observed:
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     mine = model  # random starts are drawn in the model's own order of its labels
-    model, order = align(model, data, states=states, variables=observed)
+    model, order = align(model, source.data, states=states, variables=observed)
     pseudo_counts = order.tables(pseudo_counts, dict(zip(model.variables, model.families, strict=True)), states)
     plan = _family_plan(model)
     pseudo = plan.pseudo_counts(prior, equivalent_sample_size, pseudo_counts)
-    client = client or current_client()
-    data = maybe_persist(data, observed, persist, client)
-    family = BayesianNetworkEM(model, plan, data, observed, pseudo, client, progress)
+    source = maybe_persist(source.with_client(source.client or current_client()), observed, persist)
+    family = BayesianNetworkEM(model, plan, source, observed, pseudo)
     if init in (None, "random") and n_init >= 1:
         starts = _random_starts(mine, plan, n_init, random_state, order)
     else:
         starts = [family.from_model(order.to_data(m)) for m in initial_models(mine, n_init, random_state, init)]
-    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
     from dpgm.algorithms.bayesian import n_free_parameters
 
-    result = em_result(state, "em", n_params=n_free_parameters(model), n_rows=total_rows(data, client))
+    result = em_result(state, "em", n_params=n_free_parameters(model), n_rows=total_rows(source))
     result.info["latent"] = latent
     result.info["tree_width"] = plan.structure.width if plan.has_tree else None  # None: no row needed the tree
     return order.restore(result)

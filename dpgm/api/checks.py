@@ -16,12 +16,12 @@ from dpgm.errors import DataError
 from dpgm.models.hybrid import HybridNetwork
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
 from dpgm.stats.counts import Counts, count_arrays
+from dpgm.stats.source import DataSource
 
 
 def data_states(data: xr.Dataset | xr.DataArray) -> dict[str, tuple[str, ...]]:
-    if isinstance(data, xr.DataArray):
-        return {str(d): tuple(str(s) for s in data.coords[d].values) for d in data.dims if d in data.coords}
-    return Schema.from_dataset(data).states
+    """State labels of every categorical variable of a dataset or table (a fit reads its source's instead)."""
+    return DataSource.of(data).states
 
 
 def check_variables(variables: Sequence[str], model_states: dict, data_states: dict, *, data=None,
@@ -68,8 +68,9 @@ def check_labels(variable: str, model_labels: Sequence[str], data_labels: Sequen
                     f"(matched by name, in any order): {'; '.join(lacks) or 'a label repeats'}", variable=variable)
 
 
-def complete_counts(data, scopes, client, progress, labelled: bool = True) -> Counts:
-    tables = count_arrays(data, scopes, client=client, progress=progress, labelled=labelled)
+def complete_counts(source: DataSource, scopes, labelled: bool = True) -> Counts:
+    """Counts of ``scopes`` in one pass over ``source``, refusing rows with missing values."""
+    tables = count_arrays(source, scopes, labelled=labelled)
     incomplete = {s: m for s, m in tables.n_missing.items() if m}
     if incomplete:
         scope, missing = next(iter(incomplete.items()))
@@ -208,11 +209,11 @@ def check_zero_cells_empty(zeros: xr.DataArray | None, tables) -> None:
         )
 
 
-def counts_with_zeros(data, scopes: list, zeros: xr.DataArray | None, client, progress):
+def counts_with_zeros(source: DataSource, scopes: list, zeros: xr.DataArray | None):
     """Complete-data counts (plain arrays) of ``scopes`` and, in the same pass, of the zeros' scope (checked
     empty)."""
     extra = [tuple(map(str, zeros.dims))] if zeros is not None else []
-    tables = complete_counts(data, list(dict.fromkeys([*scopes, *extra])), client, progress, labelled=False)
+    tables = complete_counts(source, list(dict.fromkeys([*scopes, *extra])), labelled=False)
     check_zero_cells_empty(zeros, tables)
     return tables
 
@@ -259,16 +260,9 @@ def check_latent_states(variable: str, n_states: int, cells_per_state: int, *, n
                n_init * n_states * cells_per_state, MAX_PARAMETER_CELLS, f"give {variable!r} fewer states")
 
 
-def chunk_rows(data) -> int:
-    """Rows of the largest chunk a pass hands one task (a table's cells become rows for EM)."""
-    if isinstance(data, xr.DataArray):
-        return int(data.size)
-    chunks = data.chunks.get("row") if data.chunks else None
-    return int(max(chunks)) if chunks else int(data.sizes.get("row", 0))
-
-
-def hidden_state_sizes(model, data, restarts: int, rows: int) -> None:
+def hidden_state_sizes(model, source, restarts: int, rows: int) -> None:
     """An HMM's tables and one chunk's forward-backward arrays fit in memory (see :func:`latent_sizes`)."""
+    data = source.data
     n, m = model.n_states, int(model.emission.shape[1])
     check_hidden_states(n, m, hidden=model.hidden, n_init=restarts)
     steps = rows * int(data.sizes.get("time", 1)) if isinstance(data, xr.Dataset) else rows
@@ -277,7 +271,7 @@ def hidden_state_sizes(model, data, restarts: int, rows: int) -> None:
                "use fewer hidden states, or smaller chunks")
 
 
-def component_sizes(model, data, restarts: int, rows: int) -> None:
+def component_sizes(model, source, restarts: int, rows: int) -> None:
     """A Gaussian mixture's parameters and one chunk's responsibilities fit in memory."""
     k, p = model.n_components, len(model.variables)
     per = 1 + p + (p * p if model.covariance_type in ("full", "tied") else p)
@@ -288,9 +282,9 @@ def component_sizes(model, data, restarts: int, rows: int) -> None:
                "use fewer components, or smaller chunks")
 
 
-def latent_sizes(model, data, restarts: int, rows: int) -> None:
-    """The tables of a Bayesian or hybrid network's latent variables (absent from the data) and one chunk's
-    E-step arrays fit in memory.
+def latent_sizes(model, source, restarts: int, rows: int) -> None:
+    """The tables of a Bayesian or hybrid network's latent variables (absent from ``source``'s data) and one
+    chunk's E-step arrays fit in memory.
 
     Like :func:`hidden_state_sizes` and :func:`component_sizes`, run before any pass or allocation of an EM
     fit (:attr:`dpgm.api.kinds.Method.check_sizes`).
@@ -300,8 +294,8 @@ def latent_sizes(model, data, restarts: int, rows: int) -> None:
     TableTooLarge
         (a :class:`~dpgm.errors.ConfigError`, CLI exit 78) naming the variable, its states and the cells.
     """
-    known = data_states(data)
-    observed = set(data.dims) if isinstance(data, xr.DataArray) else set(map(str, data.variables))
+    data, known = source.data, source.states
+    observed = set(data.dims) if source.is_table else set(map(str, data.variables))
     states = {v: len(s) for v, s in known.items()} | {v: len(s) for v, s in (model.states or {}).items()}
     glm = model.families if isinstance(model, HybridNetwork) else {}
     latent = [v for v in model.variables if v not in observed and v in states]

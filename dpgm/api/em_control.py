@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
 
 from dpgm.algorithms.result import FitResult
+from dpgm.stats.source import DataSource
 
 
 def event_callback(client, callback):
@@ -37,24 +37,25 @@ def initial_models(model, n_init: int, random_state, init, randomize=None):
     return [randomize(model, rng) for _ in range(n_init)]
 
 
-def maybe_persist(data, variables, persist: bool, client):
-    if not persist or not isinstance(data, xr.Dataset):
-        return data
+def maybe_persist(source: DataSource, variables, persist: bool) -> DataSource:
+    """``source`` with ``variables`` (and the weight) held in the cluster's memory if ``persist``."""
+    if not persist or source.is_table:
+        return source
+    data = source.data
     subset = data[[*variables, *(["weight"] if "weight" in data else [])]]
-    if client is not None:
-        return client.persist(subset)
-    return subset.persist()
+    return source.with_data(source.client.persist(subset) if source.client is not None else subset.persist())
 
 
-def total_rows(data, client) -> float:
+def total_rows(source: DataSource) -> float:
     """Rows of the data, or their total weight (one read of the ``weight`` column)."""
     from dpgm.cluster import compute
 
-    if isinstance(data, xr.DataArray):
+    data = source.data
+    if source.is_table:
         return float(data.sum())
-    if "weight" in data.variables:
-        return float(compute(data["weight"].data.sum(), client=client))
-    return float(data.sizes["row"])
+    if source.weight:
+        return float(compute(data[source.weight].data.sum(), client=source.client))
+    return float(source.n_rows)
 
 
 def run_em(family, starts, *, tol, max_iter, callback, client, checkpoint=None, resume=None, accelerate=None,

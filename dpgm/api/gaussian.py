@@ -19,14 +19,14 @@ from dpgm.api.results import fit_result
 from dpgm.errors import DataError
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
+from dpgm.stats.source import DataSource
 
 _GAUSSIAN_METHODS = ("closed_form", "ipf", "glasso")
 
 
-def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol, max_iter, client, progress,
-                 callback, alpha: float | None = None, missing: str = "refuse") -> FitResult:
+def fit_gaussian(model: GaussianGraphicalModel, source: DataSource, method: str | None, *, tol, max_iter, callback, alpha: float | None = None, missing: str = "refuse") -> FitResult:
     """Fit a Gaussian graphical model: see :func:`dpgm.fit`."""
-    from dpgm.stats.moments import moments
+    from dpgm.stats.moments import source_moments
 
     method = method or "ipf"  # on a decomposable graph IPS converges in two sweeps (one to fit, one to check)
     if method not in _GAUSSIAN_METHODS:
@@ -38,9 +38,9 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
             raise ValueError(f"method='glasso' needs a penalty alpha >= 0, got alpha={alpha!r}")
     elif alpha is not None:
         raise ValueError(f"alpha applies to method='glasso', not {method!r}")
-    if isinstance(data, type(None)) or not hasattr(data, "data_vars"):
+    if source.is_table:
         raise TypeError("a GaussianGraphicalModel is fitted to a dataset of continuous variables")
-    stats = moments(data, model.variables, client=client, progress=progress)
+    stats = source_moments(source, model.variables)
     if stats.n_missing and missing == "refuse":
         raise DataError(f"{stats.n_missing:,.0f} rows have a missing value (NaN) in {list(model.variables)}; "
                         "missing='listwise' fits the complete rows (counted in result.info)")
@@ -79,7 +79,7 @@ def fit_gaussian(model: GaussianGraphicalModel, data, method: str | None, *, tol
                       df=p * (p - 1) // 2 - fitted.n_edges, info=info)
 
 
-def fit_linear_gaussian(model: LinearGaussianNetwork, data, method: str | None, *, tol, max_iter, client, progress,
+def fit_linear_gaussian(model: LinearGaussianNetwork, source: DataSource, method: str | None, *, tol, max_iter,
                         callback, missing: str = "refuse") -> FitResult:
     """Every node's least-squares regression on its parents from one moments pass (complete data).
 
@@ -87,13 +87,13 @@ def fit_linear_gaussian(model: LinearGaussianNetwork, data, method: str | None, 
     ``intercept = m_v - beta' m_P`` and the residual variance ``S_vv - S_vP beta``
     (the MLE, divisor n): ordinary least squares per node.
     """
-    from dpgm.stats.moments import moments
+    from dpgm.stats.moments import source_moments
 
     if method not in (None, "mle"):
         raise ValueError(f"a LinearGaussianNetwork is fitted by method='mle' (least squares), not {method!r}")
     if missing not in ("refuse", "listwise"):
         raise ValueError(f"missing={missing!r}: expected 'refuse' or 'listwise'")
-    stats = moments(data, model.variables, client=client, progress=progress)
+    stats = source_moments(source, model.variables)
     if stats.n_missing and missing == "refuse":
         raise DataError(f"{stats.n_missing:,.0f} rows have a missing value (NaN) in {list(model.variables)}; "
                         "missing='listwise' fits the complete rows (counted in result.info)")

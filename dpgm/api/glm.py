@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import xarray as xr
-
 from dpgm.algorithms.irls import irls
 from dpgm.algorithms.result import FitResult
 from dpgm.api.glm_node import check_first_pass, glm_result, plan_glm
-from dpgm.data.schema import Schema
 from dpgm.models.glm import GLMConditional
+from dpgm.stats.source import DataSource
 
 __all__ = ["fit_glm"]
 
 
-def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, client, progress, callback,
+def fit_glm(model: GLMConditional, source: DataSource, method: str | None, *, tol, max_iter, callback,
             missing: str = "refuse") -> FitResult:
     """Fit a GLM conditional by IRLS (gaussian: least squares in two passes): see :func:`dpgm.fit`."""
     from dpgm.stats.irls import irls_pass
@@ -22,12 +20,12 @@ def fit_glm(model: GLMConditional, data, method: str | None, *, tol, max_iter, c
         raise ValueError(f"a GLMConditional is fitted by method='irls', not {method!r}")
     if missing not in ("refuse", "listwise"):
         raise ValueError(f"missing={missing!r}: expected 'refuse' or 'listwise'")
-    if not isinstance(data, xr.Dataset):
-        raise TypeError(f"a GLMConditional is fitted to a dataset of rows, got a {type(data).__name__}")
-    plan = plan_glm(model, Schema.from_dataset(data))
+    if source.is_table:
+        raise TypeError(f"a GLMConditional is fitted to a dataset of rows, got a {type(source.data).__name__}")
+    plan = plan_glm(model, source.schema)
 
     def step(beta):
-        statistics = irls_pass(data, plan.design, beta, client=client, progress=progress)
+        statistics = irls_pass(source, plan.design, beta)
         if beta is None:
             check_first_pass(plan, statistics, missing)
         return statistics

@@ -6,11 +6,11 @@ import numpy as np
 
 from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.result import FitResult
-from dpgm.api.checks import data_states
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.labels import align
 from dpgm.errors import DataError
 from dpgm.models.hmm import HiddenMarkovModel
+from dpgm.stats.source import DataSource
 
 
 class HiddenMarkovEM(EMFamily):
@@ -21,8 +21,8 @@ class HiddenMarkovEM(EMFamily):
     works on their logs, renormalised per distribution (the start, each row).
     """
 
-    def __init__(self, model: HiddenMarkovModel, data, client, progress):
-        self.model, self.data, self.client, self.progress = model, data, client, progress
+    def __init__(self, model: HiddenMarkovModel, source: DataSource):
+        self.model, self.source = model, source
         n, m = model.n_states, model.emission.shape[1]
         self.groups = np.concatenate([np.zeros(n, dtype=np.int64), np.repeat(np.arange(1, n + 1), n),
                                       np.repeat(np.arange(n + 1, 2 * n + 1), m)])
@@ -34,9 +34,8 @@ class HiddenMarkovEM(EMFamily):
         from dpgm.stats.expected import sequence_expected_counts
 
         with iteration_span("dpgm-em", iteration):
-            return sequence_expected_counts(self.data, [m.arrays() for m in models], self.model.variable,
-                                            forward_backward_counts, client=self.client, progress=self.progress,
-                                            rows=rows)
+            return sequence_expected_counts(self.source, [m.arrays() for m in models], self.model.variable,
+                                            forward_backward_counts, rows=rows)
 
     def mstep(self, current: HiddenMarkovModel, counts: dict) -> HiddenMarkovModel:
         return current.with_arrays(_normalize(counts["start"], current.start.values),
@@ -67,28 +66,27 @@ class HiddenMarkovEM(EMFamily):
     def row_blocks(self, n_blocks: int):
         from dpgm.stats.expected import row_blocks
 
-        return row_blocks(self.data, [self.model.variable], n_blocks)
+        return row_blocks(self.source, [self.model.variable], n_blocks)
 
 
-def fit_hmm(model: HiddenMarkovModel, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
+def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
              random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False,
              accelerate=None, incremental=False, prune_restarts=False) -> FitResult:
     from dpgm.cluster import current_client
 
-    states = data_states(data)
+    states, data = source.states, source.data
     if model.variable not in states and model.variable not in getattr(data, "data_vars", ()):  # continuous: align
         raise DataError(f"the sequence variable {model.variable!r} is not in the data; known: {sorted(states)}")
     mine = model  # random starts are drawn in the model's own order of its labels
     model, order = align(model, data, states=states, variables=[model.variable])
-    client = client or current_client()
-    data = maybe_persist(data, [model.variable], persist, client)
-    family = HiddenMarkovEM(model, data, client, progress)
+    source = maybe_persist(source.with_client(source.client or current_client()), [model.variable], persist)
+    family = HiddenMarkovEM(model, source)
     starts = [order.to_data(m) for m in initial_models(mine, n_init, random_state, init)]
-    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
     n_params = model.n_states * (model.n_states + model.emission.shape[1] - 1) - 1
-    return order.restore(em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client)))
+    return order.restore(em_result(state, "em", n_params=n_params, n_rows=total_rows(source)))
 
 
 def _normalize(counts: np.ndarray, previous: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.hybrid import HybridNetwork
 from dpgm.stats.hybrid import HybridPlan
+from dpgm.stats.source import DataSource
 
 __all__ = ["fit_hybrid"]
 
@@ -45,25 +46,26 @@ def cpd_from_counts(variable: str, family: tuple[str, ...], flat: np.ndarray,
     return xr.DataArray(table, dims=family, coords=coords), loglik
 
 
-def fit_hybrid(model: HybridNetwork, data, method: str | None, *, tol, max_iter, client, progress, callback,
+def fit_hybrid(model: HybridNetwork, source: DataSource, method: str | None, *, tol, max_iter, callback,
                missing: str = "refuse") -> FitResult:
     """Fit a hybrid network: see :func:`dpgm.fit` and :class:`~dpgm.HybridNetwork`."""
     from dpgm.stats.hybrid import hybrid_pass
 
     if method not in (None, "mle"):
         raise ValueError(f"a HybridNetwork is fitted by method='mle' (complete data) or 'em', not {method!r}")
-    if not isinstance(data, xr.Dataset):
-        raise TypeError(f"a HybridNetwork is fitted to a dataset of rows, got a {type(data).__name__}")
-    schema = Schema.from_dataset(data)
+    if source.is_table:
+        raise TypeError(f"a HybridNetwork is fitted to a dataset of rows, got a {type(source.data).__name__}")
+    schema = source.schema
     latent = [v for v in model.variables if v not in schema]
     if latent:
         raise DataError(f"model variables {latent} are not in the data; latent variables need method='em'; "
                         f"data variables: {sorted(schema)}")
     # states declared for observed variables: matched by label, the tables handed back in the declared order
-    model, order = align(model, data, states=schema.states, variables=[v for v in model.states if v in schema])
+    model, order = align(model, source.data, states=schema.states,
+                         variables=[v for v in model.states if v in schema])
     plan, plans = plan_network(model, schema)
     nodes = {v: node(p, tol=tol, max_iter=max_iter) for v, p in plans.items()}
-    statistics = hybrid_pass(data, plan, {v: None for v in nodes}, count=True, client=client, progress=progress)
+    statistics = hybrid_pass(source, plan, {v: None for v in nodes}, count=True)
     passes, history = 1, []
     counted = statistics["counts"]
     n_rows = (next(iter(statistics["glm"].values()))["rows"] if statistics["glm"] else
@@ -86,7 +88,7 @@ def fit_hybrid(model: HybridNetwork, data, method: str | None, *, tol, max_iter,
             callback(record)
         if not active:  # each node stops by its own tol or max_iter
             break
-        statistics = hybrid_pass(data, plan, active, count=False, client=client, progress=progress)
+        statistics = hybrid_pass(source, plan, active, count=False)
         passes += 1
     states = schema.states
     tables, loglik = {}, 0.0

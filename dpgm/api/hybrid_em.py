@@ -34,6 +34,7 @@ from dpgm.errors import DataError
 from dpgm.models.glm import GLMConditional
 from dpgm.models.hybrid import HybridNetwork
 from dpgm.stats.hybrid_em import LatentPlan
+from dpgm.stats.source import DataSource
 
 __all__ = ["fit_hybrid_em"]
 
@@ -176,9 +177,8 @@ def _parameters(plan: LatentPlan, network: HybridNetwork) -> dict:
 class HybridEM(EMFamily):
     """The EM family of a hybrid network with one latent root (see :class:`dpgm.algorithms.em.EMFamily`)."""
 
-    def __init__(self, model: HybridNetwork, plan: LatentPlan, plans, schema, data, client, progress):
-        self.model, self.plan, self.plans, self.schema = model, plan, plans, schema
-        self.data, self.client, self.progress = data, client, progress
+    def __init__(self, model: HybridNetwork, plan: LatentPlan, plans, source: DataSource):
+        self.model, self.plan, self.plans, self.source = model, plan, plans, source
 
     def estep(self, restarts: list[dict], iteration: int, rows=None) -> list[tuple[float, dict]]:
         from dpgm.cluster import iteration_span
@@ -187,7 +187,7 @@ class HybridEM(EMFamily):
         if rows is not None:
             raise NotImplementedError("incremental EM is not offered for hybrid networks")
         with iteration_span("dpgm-em", iteration):
-            results = latent_pass(self.data, self.plan, restarts, client=self.client, progress=self.progress)
+            results = latent_pass(self.source, self.plan, restarts)
         for params, stats in zip(restarts, results, strict=True):
             params["last"] = stats  # the statistics at the parameters: standard errors of the returned model
         return [(stats["loglik"], stats) for stats in results]
@@ -222,7 +222,7 @@ class HybridEM(EMFamily):
         return params
 
     def to_model(self, params: dict) -> HybridNetwork:
-        return _labelled(self.model, self.plan, self.plans, params, self.schema)
+        return _labelled(self.model, self.plan, self.plans, params, self.source.schema)
 
     def from_model(self, network: HybridNetwork) -> dict:
         return _parameters(self.plan, network)
@@ -246,7 +246,7 @@ def _rebuild(tree, leaves):
     return next(leaves)
 
 
-def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress, callback, n_init: int = 1,
+def fit_hybrid_em(model: HybridNetwork, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
                   random_state=None, persist: bool = False, checkpoint=None, resume=None, accelerate=None,
                   prune_restarts: bool = False) -> FitResult:
     """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`.
@@ -260,26 +260,26 @@ def fit_hybrid_em(model: HybridNetwork, data, *, tol, max_iter, client, progress
     from dpgm.cluster import current_client, iteration_span
     from dpgm.stats.hybrid_em import latent_pass
 
-    if not isinstance(data, xr.Dataset):
-        raise TypeError(f"a HybridNetwork is fitted to a dataset of rows, got a {type(data).__name__}")
-    schema = Schema.from_dataset(data)
+    if source.is_table:
+        raise TypeError(f"a HybridNetwork is fitted to a dataset of rows, got a {type(source.data).__name__}")
+    schema = source.schema
     # states declared for observed variables: matched by label, the tables handed back in the declared order
-    model, order = align(model, data, states=schema.states, variables=[v for v in model.states if v in schema])
+    model, order = align(model, source.data, states=schema.states,
+                         variables=[v for v in model.states if v in schema])
     plan, plans = _plan(model, schema)
-    client = client or current_client()
-    data = maybe_persist(data, plan.observed, persist, client)
+    source = maybe_persist(source.with_client(source.client or current_client()), plan.observed, persist)
     seeds = np.random.default_rng(random_state).integers(0, 2**62, size=n_init)
     models: list = [None] * n_init  # a resumed fit starts from the checkpoint's parameters
     if resume is None:
         with iteration_span("dpgm-em", 0):
-            starts = latent_pass(data, plan, [{"seed": int(s)} for s in seeds], client=client, progress=progress)
+            starts = latent_pass(source, plan, [{"seed": int(s)} for s in seeds])
         models = [_mstep(plan, plans, None, stats) for stats in starts]
 
-    family = HybridEM(model, plan, plans, schema, data, client, progress)
-    state = run_em(family, models, tol=tol, max_iter=max_iter, callback=callback, client=client,
+    family = HybridEM(model, plan, plans, source)
+    state = run_em(family, models, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, prune_restarts=prune_restarts)
     state.passes += 1  # the random starts' pass (a resumed loop counts the passes before it too)
     fitted = state.models[state.best]
-    result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(data, client))
+    result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(source))
     result.info["latent"] = [plan.latent]
     return order.restore(result)

@@ -29,8 +29,9 @@ from dpgm.algorithms.result import FitResult
 
 __all__ = ["Kind", "Method", "kind_named", "kind_of", "kinds", "spec_names"]
 
-# keyword arguments every fit function takes besides its options (dpgm.fit passes them)
-COMMON_ARGUMENTS = ("client", "progress")
+# keyword arguments every fit function takes besides its options (dpgm.fit passes them): none, the client
+# and the progress travel in the fit's data source (dpgm.stats.source.DataSource)
+COMMON_ARGUMENTS: tuple[str, ...] = ()
 # and those of an iterative method: the stopping rule and the per-iteration callback
 STOPPING_ARGUMENTS = ("tol", "max_iter", "callback")
 
@@ -42,7 +43,8 @@ class Method:
     Attributes
     ----------
     function
-        ``function(model, data[, method], *, client, progress[, tol, max_iter, callback], **options)``.
+        ``function(model, source[, method], *[, tol, max_iter, callback], **options)``; ``source`` is
+        the fit's :class:`~dpgm.stats.source.DataSource` (data, schema, client, progress).
     options
         Option name -> constraint (:mod:`dpgm.api.checks`): exactly the options
         :func:`dpgm.fit` accepts for this method (``tol`` and ``max_iter`` included
@@ -54,7 +56,7 @@ class Method:
     iterative
         The method iterates: the dashboard's ``/dpgm`` page follows its records.
     check_sizes
-        ``check_sizes(model, data, restarts, chunk_rows)`` refuses, before any pass, hidden
+        ``check_sizes(model, source, restarts, chunk_rows)`` refuses, before any pass, hidden
         or latent variables whose tables or per-chunk arrays cannot be held
         (:class:`~dpgm.errors.TableTooLarge`), or None.
     """
@@ -66,12 +68,12 @@ class Method:
     iterative: bool = True
     check_sizes: Callable[[Any, Any, int, int], None] | None = None
 
-    def run(self, model: Any, data: Any, name: str, *, tol: float, max_iter: int, client: Any, progress: Any,
-            callback: Any, **options: Any) -> FitResult:
+    def run(self, model: Any, source: Any, name: str, *, tol: float, max_iter: int, callback: Any,
+            **options: Any) -> FitResult:
         """Call the fit function with what it takes of :func:`dpgm.fit`'s arguments (options already checked)."""
-        head = (model, data, name) if self.takes_method else (model, data)
+        head = (model, source, name) if self.takes_method else (model, source)
         extra = {"tol": tol, "max_iter": max_iter, "callback": callback} if self.stopping else {}
-        return self.function(*head, client=client, progress=progress, **extra, **options)
+        return self.function(*head, **extra, **options)
 
 
 @dataclass(frozen=True)

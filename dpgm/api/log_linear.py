@@ -11,29 +11,28 @@ from dpgm.algorithms.tables import JointEngine, engine_for, zero_offsets
 from dpgm.algorithms.weights import WEIGHT_METHODS, fit_weights
 from dpgm.api.checks import (
     counts_with_zeros,
-    data_states,
     saturated_scope,
     structural_zeros_for,
 )
 from dpgm.api.labels import align
 from dpgm.api.results import fit_result
 from dpgm.models.log_linear import LogLinearModel
+from dpgm.stats.source import DataSource
 
 
-def fit_log_linear(model: LogLinearModel, data, method, *, tol, max_iter, client, progress, callback,
+def fit_log_linear(model: LogLinearModel, source: DataSource, method, *, tol, max_iter, callback,
                    l1: float = 0.0, l2: float = 0.0, structural_zeros=None, goodness_of_fit=True) -> FitResult:
     """Fit the weights of a log-linear model: one counting pass, the algorithm on plain arrays, loglik and
     goodness of fit; the labels are attached once, at the edge."""
     if method not in WEIGHT_METHODS:
         raise ValueError(f"unknown method {method!r} for a LogLinearModel; expected one of {WEIGHT_METHODS}")
-    states = data_states(data)
-    model, labels = align(model, data, states=states)
+    states = source.states
+    model, labels = align(model, source.data, states=states)
     zeros = structural_zeros_for(model, structural_zeros, states)
     features, order = feature_set(model)
     n_params = model.n_free_parameters()
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
-    tables = counts_with_zeros(data, list(features.scopes) + ([saturated] if saturated else []), zeros, client,
-                               progress)
+    tables = counts_with_zeros(source, list(features.scopes) + ([saturated] if saturated else []), zeros)
     n = float(tables.n_rows)
     counts = {s: np.asarray(tables[s], dtype=float) for s in features.scopes}
     empirical = features.expectations(counts) / n

@@ -11,7 +11,6 @@ from dpgm.algorithms.tables import JointEngine, engine_for, loglik_from_potentia
 from dpgm.algorithms.weights import WEIGHT_METHODS, fit_weights
 from dpgm.api.checks import (
     counts_with_zeros,
-    data_states,
     saturated_scope,
     structural_zeros_for,
 )
@@ -20,11 +19,12 @@ from dpgm.api.results import fit_result
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
+from dpgm.stats.source import DataSource
 
 _MARKOV_METHODS = ("ipf", "closed_form", *WEIGHT_METHODS)
 
 
-def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, client, progress, callback,
+def fit_markov_network(model: MarkovNetwork, source: DataSource, method, *, tol, max_iter, callback,
                         structural_zeros=None, l1: float = 0.0, l2: float = 0.0, goodness_of_fit=True,
                         loglik_tol: float = 0.0) -> FitResult:
     from dpgm.algorithms.decomposable import decomposable_mle
@@ -32,8 +32,8 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
 
     if method not in _MARKOV_METHODS:
         raise ValueError(f"unknown method {method!r} for a MarkovNetwork; expected one of {_MARKOV_METHODS}")
-    states = data_states(data)
-    model, order = align(model, data, states=states)
+    states = source.states
+    model, order = align(model, source.data, states=states)
     scopes = model.scopes
     zeros = structural_zeros_for(model, structural_zeros, states)
     if not loglik_tol >= 0:
@@ -48,7 +48,7 @@ def fit_markov_network(model: MarkovNetwork, data, method, *, tol, max_iter, cli
     # in O(model) time, before anything reads the data
     structure = build_tree(model.variables, cards, [*scopes, *offsets]) if method == "ipf" else None
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
-    tables = counts_with_zeros(data, list(scopes) + ([saturated] if saturated else []), zeros, client, progress)
+    tables = counts_with_zeros(source, list(scopes) + ([saturated] if saturated else []), zeros)
     n = float(tables.n_rows)
     counts = {s: np.asarray(tables[s], dtype=float) for s in scopes}
     engine = engine_for(model.variables, states, offsets)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
 
 from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.mixture import (
@@ -17,27 +16,26 @@ from dpgm.algorithms.mixture import (
 )
 from dpgm.algorithms.result import FitResult
 from dpgm.api.em_control import em_result, maybe_persist, run_em, total_rows
-from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.models.mixture import GaussianMixture, full_covariances
+from dpgm.stats.source import DataSource
 
 INIT_SAMPLE_ROWS = 10_000  # rows drawn (in one pass) for the k-means++ starts
 _STARTS = (None, "k-means++", "random", "model")
 
 
-def _check_data(model: GaussianMixture, data) -> str | None:
-    """The data's weight variable (or None); refuses data without the model's continuous variables."""
-    if not isinstance(data, xr.Dataset):
+def _check_data(model: GaussianMixture, source: DataSource) -> None:
+    """Refuses data without the model's continuous variables."""
+    if source.is_table:
         raise TypeError(f"a GaussianMixture is fitted to a dataset of continuous variables, got "
-                        f"{type(data).__name__}")
-    schema = Schema.from_dataset(data)
+                        f"{type(source.data).__name__}")
+    schema = source.schema
     for v in model.variables:
         if v not in schema:
             raise DataError(f"is not in the data; continuous variables: {schema.continuous}", variable=v)
         if schema[v].categorical:
             raise DataError(f"is categorical; a GaussianMixture needs continuous variables: {schema.continuous}",
                             variable=v)
-    return schema.weight
 
 
 def _component_parameters(parameters: MixtureParameters, covariance_type: str):
@@ -48,9 +46,8 @@ def _component_parameters(parameters: MixtureParameters, covariance_type: str):
                                      full_covariances(parameters.covariances, covariance_type, k, p))
 
 
-def _starts(model, data, weight, n_init, random_state, init, reg_covar, client, progress) -> tuple[list, dict]:
+def _starts(model, source: DataSource, n_init, random_state, init, reg_covar) -> tuple[list, dict]:
     """Starting parameters of every restart (and the row counts of the sample pass, if one ran)."""
-    from dpgm.cluster import compute
     from dpgm.stats.mixture import sample_pass
 
     k, p = model.n_components, len(model.variables)
@@ -69,7 +66,7 @@ def _starts(model, data, weight, n_init, random_state, init, reg_covar, client, 
     rng = np.random.default_rng(random_state)
     seed = int(rng.integers(1 << 62))
     size = max(INIT_SAMPLE_ROWS, 50 * k)
-    drawn = compute(sample_pass(data, model.variables, weight, size, seed), client=client, progress=progress)
+    drawn = sample_pass(source, model.variables, size, seed)
     sample = drawn["sample"].ordered()
     if len(np.unique(sample, axis=0)) < k:
         raise DataError(f"{len(np.unique(sample, axis=0))} distinct rows with an observed value in "
@@ -88,21 +85,19 @@ class MixtureEM(EMFamily):
     SQUAREM works on log weights (softmax), means and Cholesky factors with log diagonals.
     """
 
-    def __init__(self, model: GaussianMixture, data, weight, counts: dict, reg_covar: float, client, progress):
-        self.model, self.data, self.weight, self.counts = model, data, weight, counts
-        self.reg_covar, self.client, self.progress = reg_covar, client, progress
+    def __init__(self, model: GaussianMixture, source: DataSource, counts: dict, reg_covar: float):
+        self.model, self.source, self.counts, self.reg_covar = model, source, counts, reg_covar
         self.covariance_type = model.covariance_type
         self.structure = model.structure()
 
     def estep(self, parameters: list[MixtureParameters], iteration: int, rows=None):
-        from dpgm.cluster import compute, iteration_span
+        from dpgm.cluster import iteration_span
         from dpgm.stats.mixture import estep_pass
 
         diagonal = self.covariance_type in ("diag", "spherical")
         restarts = [(_component_parameters(p, self.covariance_type), diagonal) for p in parameters]
         with iteration_span("dpgm-em", iteration):
-            total = compute(estep_pass(self.data, self.model.variables, self.weight, restarts, rows=rows),
-                            client=self.client, progress=self.progress)
+            total = estep_pass(self.source, self.model.variables, restarts, rows=rows)
         if rows is None:
             self.counts.update(total["counts"])
         return [(s["loglik"], {**s, "centre": p.means}) for s, p in zip(total["restarts"], parameters, strict=True)]
@@ -137,10 +132,10 @@ class MixtureEM(EMFamily):
     def row_blocks(self, n_blocks: int):
         from dpgm.stats.expected import row_blocks
 
-        return row_blocks(self.data, list(self.model.variables), n_blocks)
+        return row_blocks(self.source, list(self.model.variables), n_blocks)
 
 
-def fit_gaussian_mixture(model: GaussianMixture, data, *, tol, max_iter, client, progress, callback,
+def fit_gaussian_mixture(model: GaussianMixture, source: DataSource, *, tol, max_iter, callback,
                          n_init: int = 1, random_state=None, init=None, reg_covar: float = 1e-6,
                          checkpoint=None, resume=None, persist: bool = False, accelerate=None,
                          incremental=False, prune_restarts=False) -> FitResult:
@@ -155,17 +150,16 @@ def fit_gaussian_mixture(model: GaussianMixture, data, *, tol, max_iter, client,
     """
     from dpgm.cluster import current_client
 
-    weight = _check_data(model, data)
-    client = client or current_client()
+    _check_data(model, source)
+    source = source.with_client(source.client or current_client())
     covariance_type = model.covariance_type
-    starts, counts = ([], {}) if resume is not None else _starts(
-        model, data, weight, n_init, random_state, init, reg_covar, client, progress)
-    data = maybe_persist(data, model.variables, persist, client)
-    family = MixtureEM(model, data, weight, counts, reg_covar, client, progress)
-    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+    starts, counts = ([], {}) if resume is not None else _starts(model, source, n_init, random_state, init, reg_covar)
+    source = maybe_persist(source, model.variables, persist)
+    family = MixtureEM(model, source, counts, reg_covar)
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
-    rows = counts["rows"] if "rows" in counts else total_rows(data, client)
+    rows = counts["rows"] if "rows" in counts else total_rows(source)
     empty = counts.get("empty", 0.0)
     result = em_result(state, "em", n_params=model.n_free_parameters(), n_rows=rows - empty)
     result.info.update({"covariance_type": covariance_type, "reg_covar": float(reg_covar),
@@ -182,7 +176,7 @@ def component_posteriors(model: GaussianMixture, data, variable: str) -> tuple:
         raise TypeError("predict_proba needs a fitted GaussianMixture (a structure has no parameters)")
     if variable != "component":
         raise ValueError(f"a GaussianMixture's posterior is over 'component', not {variable!r}")
-    _check_data(model, data)
+    _check_data(model, DataSource.of(data))
     parameters = from_fitted(model)
     return (responsibility_map(data, model.variables, _component_parameters(parameters, model.covariance_type)),
             list(range(model.n_components)))

@@ -142,18 +142,26 @@ def model_fingerprint(model, method: str, options: dict) -> dict:
 
 
 def data_fingerprint(data) -> dict:
-    """The data part of a checkpoint's fingerprint (a store's path, rows, chunking, schema; a table's contents)."""
+    """The data part of a checkpoint's fingerprint (a store's path, rows, chunking, schema; a table's contents).
+
+    ``data``: a dataset, a table or a fit's :class:`~dpgm.stats.source.DataSource` (its schema is not read again).
+    """
     import hashlib
 
     import numpy as np
 
+    from dpgm.stats.source import DataSource
+
+    schema = None
+    if isinstance(data, DataSource):
+        data, schema = data.data, data.schema
     if isinstance(data, xr.DataArray):
         values = np.ascontiguousarray(data.values)
         return {"table": {"dims": list(map(str, data.dims)), "shape": list(values.shape),
                           "sha256": hashlib.sha256(values.tobytes()).hexdigest()}}
     from dpgm.data.integrity import dataset_fingerprint
 
-    return dataset_fingerprint(data)
+    return dataset_fingerprint(data, schema=schema)
 
 
 def check_checkpoint(model, data, method: str, options: dict, extra: dict | None = None) -> None:
@@ -187,7 +195,7 @@ def check_checkpoint(model, data, method: str, options: dict, extra: dict | None
         set_fingerprint(checkpoint, fingerprint)
 
 
-def check_sizes(model, data, method: str, options: dict) -> None:
+def check_sizes(model, source, method: str, options: dict) -> None:
     """Refuse, before any pass or allocation of the fit, hidden and latent variables whose tables or per-chunk
     E-step arrays cannot be held (the method's :attr:`~dpgm.api.kinds.Method.check_sizes`): an HMM's hidden
     states, the latent variables of a Bayesian network (latent class models), a hybrid network's latent root,
@@ -198,10 +206,8 @@ def check_sizes(model, data, method: str, options: dict) -> None:
     TableTooLarge
         (a :class:`~dpgm.errors.ConfigError`, CLI exit 78) naming the variable, its states and the cells.
     """
-    from dpgm.api.checks import chunk_rows
-
     check = kind_of(model).methods[method].check_sizes
     if check is None:
         return
     restarts = int(options.get("n_init", 1)) if isinstance(options.get("n_init", 1), int) else 1
-    check(model, data, restarts, chunk_rows(data))
+    check(model, source, restarts, source.chunk_rows)

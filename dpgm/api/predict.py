@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import xarray as xr
 
-from dpgm.api.checks import data_states
 from dpgm.api.labels import align
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.mixture import GaussianMixture
+from dpgm.stats.source import DataSource
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -108,10 +108,13 @@ def discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:
         raise TypeError("predict_proba needs a parameterized BayesianNetwork (a structure has no tables)")
     if variable not in model.variables:
         raise ValueError(f"{variable!r} is not a variable of the model; variables: {list(model.variables)}")
-    states = data_states(data)
+    source = DataSource.of(data)  # the schema, read once
+    if source.is_table:
+        raise TypeError(f"predict_proba reads rows: expected an xarray.Dataset, got {type(data).__name__}")
+    states = source.states
     observed = [v for v in model.variables if v in states and v != variable]
     model, _ = align(model, data, states=states, variables=observed)  # ``variable`` keeps the model's order
     factors = model.factors()
     tree = BatchedTree(model.variables, {v: len(model.states[v]) for v in model.variables}, factors)
-    values = posterior_map(data, tree, observed, variable, len(model.states[variable]))
+    values = posterior_map(source, tree, observed, variable, len(model.states[variable]))
     return values, list(model.states[variable])

@@ -9,13 +9,13 @@ from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.gis import gis
 from dpgm.algorithms.result import FitResult
 from dpgm.algorithms.tables import engine_for, zero_offsets
-from dpgm.api.checks import data_states
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.labels import align
 from dpgm.errors import DataError
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.models.markov import MarkovNetwork
 from dpgm.models.zeros import check_structural_zeros, merge_structural_zeros
+from dpgm.stats.source import DataSource
 
 
 class UndirectedEM(EMFamily):
@@ -30,10 +30,10 @@ class UndirectedEM(EMFamily):
 
     incremental_full_first_pass = True  # IPF/GIS updates are multiplicative: a cell left at 0 stays 0
 
-    def __init__(self, model, data, observed, cards, structure, fixed, client, progress, inner_iter, engine=None,
+    def __init__(self, model, source: DataSource, observed, cards, structure, fixed, inner_iter, engine=None,
                  features=None):
-        self.model, self.data, self.observed, self.cards = model, data, observed, cards
-        self.structure, self.fixed, self.client, self.progress = structure, fixed, client, progress
+        self.model, self.source, self.observed, self.cards = model, source, observed, cards
+        self.structure, self.fixed = structure, fixed
         self.inner_iter, self.engine, self.features = inner_iter, engine, features
         self.markov = isinstance(model, MarkovNetwork)
         self.scopes = list(model.scopes) if self.markov else list(features.scopes)
@@ -56,8 +56,7 @@ class UndirectedEM(EMFamily):
                                   self.scopes, self.structure)
                  for p in parameters]
         with iteration_span("dpgm-em", iteration):
-            results = expected_counts(self.data, trees, self.observed, client=self.client, progress=self.progress,
-                                      rows=rows)
+            results = expected_counts(self.source, trees, self.observed, rows=rows)
         out = []
         empty = np.zeros((1, 0), dtype=np.int64)
         for tree, (loglik, clique_counts) in zip(trees, results, strict=True):
@@ -119,10 +118,10 @@ class UndirectedEM(EMFamily):
     def row_blocks(self, n_blocks: int):
         from dpgm.stats.expected import row_blocks
 
-        return row_blocks(self.data, self.observed, n_blocks)
+        return row_blocks(self.source, self.observed, n_blocks)
 
 
-def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback, m_step: str | None = None,
+def fit_undirected_em(model, source: DataSource, *, tol, max_iter, callback, m_step: str | None = None,
                       inner_iter: int = 5, n_init: int = 1, random_state=None, init=None, checkpoint=None,
                       resume=None, persist: bool = False, structural_zeros=None, accelerate=None,
                       incremental=False, prune_restarts=False) -> FitResult:
@@ -141,20 +140,19 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
     m_step = m_step or ("ipf" if markov else "gis")
     if (markov and m_step != "ipf") or (not markov and m_step != "gis"):
         raise ValueError(f"m_step={m_step!r}: Markov networks use 'ipf', log-linear models 'gis'")
-    states = data_states(data)
+    states = source.states
     observed = [v for v in model.variables if v in states]
     if not observed:
         raise DataError(f"none of the model's variables are in the data; data variables: {sorted(states)}")
     mine = model  # random starts are drawn in the model's own order of its labels
-    model, order = align(model, data, states=states, variables=observed)
+    model, order = align(model, source.data, states=states, variables=observed)
     cards = {v: len(model.states[v]) for v in model.variables}
     zeros = merge_structural_zeros(model.structural_zeros,
                                    check_structural_zeros(structural_zeros, model.variables, model.states),
                                    model.variables)
     model = model.with_structural_zeros(zeros)
     fixed = zero_offsets(zeros)
-    client = client or current_client()
-    data = maybe_persist(data, observed, persist, client)
+    source = maybe_persist(source.with_client(source.client or current_client()), observed, persist)
     if markov:
         engine = features = None
         scopes = list(model.scopes)
@@ -163,17 +161,16 @@ def fit_undirected_em(model, data, *, tol, max_iter, client, progress, callback,
         scopes = list(features.scopes)
         engine = engine_for(model.variables, {v: model.states[v] for v in model.variables}, fixed)
     structure = build_tree(model.variables, cards, [*scopes, *fixed])
-    family = UndirectedEM(model, data, observed, cards, structure, fixed, client, progress, inner_iter, engine,
-                          features)
+    family = UndirectedEM(model, source, observed, cards, structure, fixed, inner_iter, engine, features)
     starts = [family.from_model(order.to_data(m))
               for m in initial_models(mine.with_structural_zeros(zeros), n_init, random_state, init,
                                       randomize=_perturbed)]
-    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=client,
+    state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
     n_params = (LogLinearModel.from_margins(model.scopes, model.states).n_free_parameters() if markov
                 else model.n_free_parameters())
-    result = em_result(state, "em", n_params=n_params, n_rows=total_rows(data, client))
+    result = em_result(state, "em", n_params=n_params, n_rows=total_rows(source))
     result.info["latent"] = [v for v in model.variables if v not in states]
     result.info["m_step"] = m_step
     return order.restore(result)

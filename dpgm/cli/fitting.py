@@ -61,6 +61,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     from dpgm.cluster import performance_report as cluster_performance_report
     from dpgm.data import Schema, open_dataset
     from dpgm.spec import SpecError, build_model, drop_variables, read_spec
+    from dpgm.stats.source import DataSource
 
     if resume and not checkpoint:
         raise click.UsageError("--resume needs --checkpoint")
@@ -88,7 +89,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         if resume:
             options["resume"] = checkpoint_location(checkpoint)
         # a checkpoint of other data or another specification is refused before the cluster starts
-        check_checkpoint(model, ds, chosen or _default_method(model), options,
+        check_checkpoint(model, DataSource(ds, schema), chosen or _default_method(model), options,
                          extra={"specification": _spec_fingerprint(parsed, method)})
         # one writer per output, claimed before any pass: a second fit to the same --out or --checkpoint exits 73
         with claimed("--out", out, overwrite=overwrite), claimed("--checkpoint", checkpoint, folder=True):

@@ -87,10 +87,11 @@ def check_complete(attrs: dict[str, Any], path: str | os.PathLike[str], what: st
         )
 
 
-def dataset_fingerprint(ds: xr.Dataset) -> dict[str, Any]:
+def dataset_fingerprint(ds: xr.Dataset, *, schema: Any = None) -> dict[str, Any]:
     """What identifies the data a fit ran on: store path, rows, chunking and schema.
 
-    Cheap (metadata only). A dataset not opened from a store has ``path`` None.
+    Cheap (metadata only). A dataset not opened from a store has ``path`` None;
+    ``schema``: ``ds``'s :class:`~dpgm.data.schema.Schema` if already read.
     """
     from dpgm.data.columns import ZarrStore, _local_path
     from dpgm.data.schema import ROW, Schema
@@ -102,7 +103,7 @@ def dataset_fingerprint(ds: xr.Dataset) -> dict[str, Any]:
         path = str(os.path.realpath(local)) if local is not None else store.path
     first = next(iter(ds.data_vars), None)
     chunks = getattr(ds[first].data, "chunks", None) if first is not None else None
-    states = Schema.from_dataset(ds).states
+    states = (schema or Schema.from_dataset(ds)).states
     return {
         "path": path,
         "n_rows": int(ds.sizes.get(ROW, 0)),

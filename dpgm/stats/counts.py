@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xarray as xr
 
-from dpgm.cluster import compute
-from dpgm.data.columns import zarr_columns
 from dpgm.data.io import _check_table, _check_weights
-from dpgm.data.schema import WEIGHT, Schema
+from dpgm.data.schema import WEIGHT
 from dpgm.errors import DataError
 from dpgm.potentials import labelled_table, reduce_to
 from dpgm.stats.engine import map_reduce
@@ -22,6 +20,8 @@ from dpgm.stats.kernels import CountPlan, count_chunk
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from dpgm.stats.source import DataSource
 
 __all__ = ["Counts", "check_table_sizes", "count_arrays", "counts", "maximal_scopes"]
 
@@ -222,22 +222,17 @@ def counts(
     >>> tables[("a", "b")].values.tolist(), tables.n_missing[("a", "b")]
     ([[1, 0], [1, 0]], 1)
     """
-    return count_arrays(data, scopes, client=client, progress=progress, labelled=True)
+    from dpgm.stats.source import DataSource
+
+    return count_arrays(DataSource.of(data, client=client, progress=progress), scopes, labelled=True)
 
 
-def count_arrays(
-    data: xr.Dataset | xr.DataArray,
-    scopes: Iterable[Sequence[str]],
-    *,
-    client: Client | None = None,
-    progress: bool = False,
-    labelled: bool = False,
-) -> Counts:
-    """:func:`counts` with plain NumPy tables (axes in scope order) unless ``labelled``:
+def count_arrays(source: DataSource, scopes: Iterable[Sequence[str]], *, labelled: bool = False) -> Counts:
+    """:func:`counts` of a fit's data source, with plain NumPy tables (axes in scope order) unless ``labelled``:
     the fitting methods read arrays, and labelling many small tables costs more than counting them."""
-    if isinstance(data, xr.DataArray):
-        return _counts_from_table(data, scopes, labelled)
-    schema = Schema.from_dataset(data)
+    if source.is_table:
+        return _counts_from_table(source.data, scopes, labelled)
+    schema = source.schema
     scopes = schema.check_scopes(scopes)
     check_table_sizes(scopes, {v: schema[v].cardinality for s in scopes for v in s})
     maximal = merge_scopes(maximal_scopes(scopes), {v: schema[v].cardinality + 1 for v in dict.fromkeys(v for s in scopes for v in s)})
@@ -247,13 +242,11 @@ def count_arrays(
         cardinalities=tuple(schema[v].cardinality for v in variables),
         scopes=tuple(tuple(variables.index(v) for v in s) for s in maximal),
     )
-    needed = [*variables, *([WEIGHT] if schema.weight else [])]
     # the count kernel keeps no reference to a chunk's columns: reads reuse scratch buffers
-    arrays = zarr_columns(data, needed, reuse=True) or {v: data.variables[v].data for v in needed}
-    if not needed:
+    arrays = source.columns(variables, reuse=True)
+    if not arrays:
         arrays = {"_rows": np.zeros(schema.n_rows, dtype=np.int8)}
-    lazy = map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts")
-    total = compute(lazy, client=client, progress=progress)
+    total = source.compute(map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts"))
     offsets = plan.offsets
     extended = {
         scope: total["tables"][offsets[t] : offsets[t + 1]].reshape(plan.extended_shape(t))

@@ -22,16 +22,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import xarray as xr
 
-from dpgm.cluster import compute
-from dpgm.data.columns import ZarrColumns, zarr_columns
+from dpgm.data.columns import ZarrColumns
 from dpgm.data.io import _check_weights
-from dpgm.data.schema import WEIGHT, Schema
+from dpgm.data.schema import WEIGHT
 from dpgm.stats.engine import map_reduce
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from dpgm.stats.source import DataSource
 
 __all__ = ["ExpectedStatistics", "expected_counts", "row_blocks", "select_rows", "sequence_expected_counts"]
 
@@ -69,10 +67,9 @@ def _row_starts(arrays: Any, n_blocks: int) -> tuple[int, ...]:
     return tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
 
 
-def row_blocks(data: xr.Dataset, variables: Sequence[str], n_blocks: int) -> list[tuple[int, int]]:
-    """At most ``n_blocks`` consecutive row ranges of whole chunks (about equal numbers of chunks)."""
-    needed = [*variables, *([WEIGHT] if WEIGHT in data.variables else [])]
-    starts = _row_starts(zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}, n_blocks)
+def row_blocks(source: DataSource, variables: Sequence[str], n_blocks: int) -> list[tuple[int, int]]:
+    """At most ``n_blocks`` consecutive row ranges of whole chunks of ``source`` (about equal numbers of chunks)."""
+    starts = _row_starts(source.columns(variables), n_blocks)
     n_chunks = len(starts) - 1
     edges = sorted({round(b * n_chunks / min(n_blocks, n_chunks)) for b in range(min(n_blocks, n_chunks) + 1)})
     return [(starts[a], starts[b]) for a, b in zip(edges, edges[1:], strict=False)]
@@ -99,12 +96,10 @@ def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> 
 
 
 def expected_counts(
-    data: xr.Dataset,
+    source: DataSource,
     trees: Sequence[Any],
     variables: Sequence[str],
     *,
-    client: Client | None = None,
-    progress: bool = False,
     name: str = "dpgm-estep",
     rows: tuple[int, int] | None = None,
 ) -> list[tuple[float, dict]]:
@@ -112,29 +107,24 @@ def expected_counts(
 
     Parameters
     ----------
-    data
-        The dataset (observed variables; ``-1`` = missing).
+    source
+        The fit's data source (observed variables; ``-1`` = missing); the pass runs on its client.
     trees
         Compiled junction trees, one per restart, each with
         ``expected_counts(codes, variables, weights) -> (loglik, {scope: table})``.
     variables
         The observed variables (columns of the code matrix).
-    client, progress
-        Where and how to run the pass.
     name
         Task-key prefix in the dashboard.
     rows
         Only rows ``[start, stop)`` (whole chunks, see :func:`row_blocks`); all by default.
     """
-    schema = Schema.from_dataset(data)
+    schema = source.schema
     variables = list(variables)
     schema.check_scopes([tuple(variables)])
-    needed = [*variables, *([WEIGHT] if schema.weight else [])]
-    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
-    arrays = select_rows(arrays, rows)
+    arrays = select_rows(source.columns(variables), rows)
     shared = (list(trees), variables, [schema[v].cardinality for v in variables])
-    lazy = map_reduce(arrays, _estep_kernel, name=name, shared=shared)
-    return compute(lazy, client=client, progress=progress)
+    return source.compute(map_reduce(arrays, _estep_kernel, name=name, shared=shared))
 
 
 def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
@@ -158,13 +148,11 @@ def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) 
 
 
 def sequence_expected_counts(
-    data: xr.Dataset,
+    source: DataSource,
     parameters: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     variable: str,
     counts: Callable[..., tuple[float, dict]],
     *,
-    client: Client | None = None,
-    progress: bool = False,
     rows: tuple[int, int] | None = None,
 ) -> list[tuple[float, dict]]:
     """One pass of forward-backward over (``row``, ``time``) sequences, for several parameter sets.
@@ -173,16 +161,13 @@ def sequence_expected_counts(
     chunk kernel (forward-backward, :func:`dpgm.inference.chain.forward_backward_counts`), passed in
     by the caller: statistics sit below inference. Returns each parameter set's result, summed.
     """
-    schema = Schema.from_dataset(data)
     from dpgm.errors import DataError
 
+    schema, data = source.schema, source.data
     if variable not in schema:
         raise DataError(f"sequence variable {variable!r} is not in the dataset; known: {sorted(schema)}")
     if data[variable].ndim != 2:
         raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
-    needed = [variable, *([WEIGHT] if schema.weight else [])]
-    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
-    arrays = select_rows(arrays, rows)
+    arrays = select_rows(source.columns([variable]), rows)
     shared = (list(parameters), variable, schema[variable].cardinality, counts)
-    lazy = map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared)
-    return compute(lazy, client=client, progress=progress)
+    return source.compute(map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared))

@@ -20,8 +20,7 @@ from dpgm.stats.engine import map_reduce
 from dpgm.stats.irls import Design, irls_chunk
 
 if TYPE_CHECKING:
-    import xarray as xr
-    from distributed import Client
+    from dpgm.stats.source import DataSource
 
 __all__ = ["HybridPlan", "hybrid_pass"]
 
@@ -75,9 +74,9 @@ def hybrid_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, plan: 
     return out
 
 
-def hybrid_pass(data: xr.Dataset, plan: HybridPlan, betas: dict[str, np.ndarray | None], *, count: bool,
-                client: Client | None = None, progress: bool = False) -> dict[str, Any]:
-    """One pass: the tabular families' counts (if ``count``) and the IRLS statistics of the nodes in ``betas``.
+def hybrid_pass(source: DataSource, plan: HybridPlan, betas: dict[str, np.ndarray | None], *,
+                count: bool) -> dict[str, Any]:
+    """One pass over ``source``: the tabular families' counts (if ``count``) and the IRLS statistics of the nodes in ``betas``.
 
     Returns
     -------
@@ -86,13 +85,6 @@ def hybrid_pass(data: xr.Dataset, plan: HybridPlan, betas: dict[str, np.ndarray 
         value of the family)``; ``glm``: node -> the statistics of
         :func:`dpgm.stats.irls.irls_pass` at its coefficients (``None``: the start).
     """
-    from dpgm.cluster import compute
-    from dpgm.data.columns import zarr_columns
-    from dpgm.data.schema import Schema
-
-    schema = Schema.from_dataset(data)
-    needed = [*plan.variables, *([schema.weight] if schema.weight else [])]
-    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
-    kernel = functools.partial(hybrid_chunk, plan=plan, weight=schema.weight)
+    kernel = functools.partial(hybrid_chunk, plan=plan, weight=source.weight)
     shared = {"count": count, "betas": {v: None if b is None else np.asarray(b, np.float64) for v, b in betas.items()}}
-    return compute(map_reduce(arrays, kernel, name="dpgm-hybrid", shared=shared), client=client, progress=progress)
+    return source.compute(map_reduce(source.columns(plan.variables), kernel, name="dpgm-hybrid", shared=shared))

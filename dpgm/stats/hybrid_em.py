@@ -30,8 +30,7 @@ from dpgm.stats.engine import map_reduce
 from dpgm.stats.irls import Design, design_matrix, irls_statistics
 
 if TYPE_CHECKING:
-    import xarray as xr
-    from distributed import Client
+    from dpgm.stats.source import DataSource
 
 __all__ = ["LatentPlan", "latent_pass", "row_loglik"]
 
@@ -137,18 +136,9 @@ def latent_chunk(index: int, columns: dict[str, np.ndarray], shared: Any, plan: 
     return out
 
 
-def latent_pass(data: xr.Dataset, plan: LatentPlan, restarts: list[dict[str, Any]], *,
-                client: Client | None = None, progress: bool = False) -> list[dict[str, Any]]:
-    """One pass: every restart's log-likelihood and M-step statistics (see the module docstring)."""
-    from dpgm.cluster import compute
-    from dpgm.data.columns import zarr_columns
-    from dpgm.data.schema import Schema
-
-    schema = Schema.from_dataset(data)
-    needed = [*plan.observed, *([schema.weight] if schema.weight else [])]
-    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
-    kernel = functools.partial(latent_chunk, plan=plan, weight=schema.weight)
+def latent_pass(source: DataSource, plan: LatentPlan, restarts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One pass over ``source``: every restart's log-likelihood and M-step statistics (see the module docstring)."""
+    kernel = functools.partial(latent_chunk, plan=plan, weight=source.weight)
     shared = [{key: value for key, value in r.items() if key != "last"} for r in restarts]
-    return compute(map_reduce(arrays, kernel, name="dpgm-hybrid-em", shared=shared), client=client,
-                   progress=progress)
+    return source.compute(map_reduce(source.columns(plan.observed), kernel, name="dpgm-hybrid-em", shared=shared))
 

@@ -33,8 +33,7 @@ from dpgm.glm_families import GLMFamily, glm_family
 from dpgm.stats.engine import map_reduce
 
 if TYPE_CHECKING:
-    import xarray as xr
-    from distributed import Client
+    from dpgm.stats.source import DataSource
 
 __all__ = ["Design", "irls_pass"]
 
@@ -201,9 +200,8 @@ def _multinomial_chunk(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: np.nda
             "deviance": -2.0 * loglik, "separated": separated}
 
 
-def irls_pass(data: xr.Dataset, design: Design, coefficients: np.ndarray | None, *, client: Client | None = None,
-              progress: bool = False) -> dict[str, Any]:
-    """One pass over the data: the IRLS statistics at ``coefficients`` (see the module docstring).
+def irls_pass(source: DataSource, design: Design, coefficients: np.ndarray | None) -> dict[str, Any]:
+    """One pass over ``source``: the IRLS statistics at ``coefficients`` (see the module docstring).
 
     Returns
     -------
@@ -214,16 +212,10 @@ def irls_pass(data: xr.Dataset, design: Design, coefficients: np.ndarray | None,
         at ``coefficients``: ``gradient = X'W(y - X beta)``, the deviance being the
         residual sum of squares.
     """
-    from dpgm.cluster import compute
-    from dpgm.data.columns import zarr_columns
-    from dpgm.data.schema import Schema
-
-    schema = Schema.from_dataset(data)
-    needed = [design.child, *(name for name, _ in design.parents), *([schema.weight] if schema.weight else [])]
-    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
-    kernel = functools.partial(_kernel, design=design, weight=schema.weight)
+    arrays = source.columns([design.child, *(name for name, _ in design.parents)])
+    kernel = functools.partial(_kernel, design=design, weight=source.weight)
     shared = None if coefficients is None else np.asarray(coefficients, dtype=np.float64)
-    return compute(map_reduce(arrays, kernel, name="dpgm-irls", shared=shared), client=client, progress=progress)
+    return source.compute(map_reduce(arrays, kernel, name="dpgm-irls", shared=shared))
 
 
 def _kernel(index: int, columns: dict[str, np.ndarray], shared: Any, design: Design, weight: str | None):

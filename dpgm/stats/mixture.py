@@ -27,15 +27,17 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
-from dpgm.data.columns import zarr_columns
 from dpgm.errors import DataError
 from dpgm.stats.engine import map_reduce
 from dpgm.stats.rows import row_map
+
+if TYPE_CHECKING:
+    from dpgm.stats.source import DataSource
 
 __all__ = ["ComponentParameters", "RowSample", "estep_pass", "log_responsibilities", "responsibility_map",
            "sample_pass"]
@@ -263,24 +265,18 @@ def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: Any, varia
     return estep_chunk(values, weights, shared)
 
 
-def _arrays(data: Any, variables: Sequence[str], weight: str | None) -> Any:
-    needed = [*variables, *([weight] if weight else [])]
-    return zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
-
-
-def estep_pass(data: Any, variables: Sequence[str], weight: str | None,
-               restarts: Sequence[tuple[ComponentParameters, bool]], *, name: str = "dpgm-estep",
-               rows: tuple[int, int] | None = None) -> Any:
-    """One pass computing :func:`estep_chunk`'s statistics of every restart (lazy on Dask-backed data).
+def estep_pass(source: DataSource, variables: Sequence[str], restarts: Sequence[tuple[ComponentParameters, bool]],
+               *, name: str = "dpgm-estep", rows: tuple[int, int] | None = None) -> Any:
+    """One pass over ``source`` computing :func:`estep_chunk`'s statistics of every restart (run on its client).
 
     Returns ``{"counts": {rows, incomplete, empty}, "restarts": [{loglik, nk, s1, s2}, ...]}``;
     ``rows``: only rows ``[start, stop)``, whole chunks (see :func:`dpgm.stats.expected.row_blocks`).
     """
     from dpgm.stats.expected import select_rows
 
-    kernel = functools.partial(_estep_kernel, variables=tuple(variables), weight=weight)
-    return map_reduce(select_rows(_arrays(data, variables, weight), rows), kernel, name=name,
-                      shared=list(restarts))
+    kernel = functools.partial(_estep_kernel, variables=tuple(variables), weight=source.weight)
+    return source.compute(map_reduce(select_rows(source.columns(variables), rows), kernel, name=name,
+                                     shared=list(restarts)))
 
 
 # ---------------------------------------------------------------- a row sample for initialisation
@@ -340,14 +336,14 @@ def _sample_kernel(index: int, columns: dict[str, np.ndarray], shared: Any, vari
                        "incomplete": float(weights[~empty & (n_present < values.shape[1])].sum())}}
 
 
-def sample_pass(data: Any, variables: Sequence[str], weight: str | None, size: int, seed: int) -> Any:
-    """One pass drawing ``size`` rows (probability by weight, without replacement) and counting rows.
+def sample_pass(source: DataSource, variables: Sequence[str], size: int, seed: int) -> Any:
+    """One pass over ``source`` drawing ``size`` rows (probability by weight, without replacement) and counting rows.
 
-    Returns ``{"sample": RowSample, "counts": {rows, empty, incomplete}}`` (lazy on Dask-backed data).
+    Returns ``{"sample": RowSample, "counts": {rows, empty, incomplete}}``.
     """
-    kernel = functools.partial(_sample_kernel, variables=tuple(variables), weight=weight, size=int(size),
+    kernel = functools.partial(_sample_kernel, variables=tuple(variables), weight=source.weight, size=int(size),
                                seed=int(seed))
-    return map_reduce(_arrays(data, variables, weight), kernel, name="dpgm-mixture-sample")
+    return source.compute(map_reduce(source.columns(variables), kernel, name="dpgm-mixture-sample"))
 
 
 # ---------------------------------------------------------------- per-row posteriors

@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xarray as xr
 
-from dpgm.data.columns import zarr_columns
-from dpgm.data.schema import Schema
 from dpgm.errors import DataError
 from dpgm.stats.engine import map_reduce
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["MomentPartial", "Moments", "moments"]
+    from dpgm.stats.source import DataSource
+
+__all__ = ["MomentPartial", "Moments", "moments", "source_moments"]
 
 
 @dataclass
@@ -204,9 +204,16 @@ def moments(
     >>> m.n, m.n_missing, m.mean.round(6).values.tolist()
     (3.0, 1.0, [2.0, 4.333333])
     """
-    from dpgm.cluster import compute
+    from dpgm.stats.source import DataSource
 
-    schema = Schema.from_dataset(data)
+    return source_moments(DataSource.of(data, client=client, progress=progress), variables, pairwise=pairwise)
+
+
+def source_moments(source: DataSource, variables: Sequence[str], *, pairwise: bool = False) -> Moments:
+    """:func:`moments` of a fit's data source (its schema already read; the pass on its client)."""
+    if source.is_table:
+        raise TypeError(f"moments are computed on a dataset of rows, got a {type(source.data).__name__}")
+    schema = source.schema
     variables = tuple(variables)
     if not variables:
         raise ValueError("moments need at least one variable")
@@ -217,10 +224,8 @@ def moments(
             raise DataError(f"is categorical; moments need continuous variables: {schema.continuous}", variable=v)
     if len(set(variables)) != len(variables):
         raise ValueError(f"variables repeat: {variables!r}")
-    needed = [*variables, *([schema.weight] if schema.weight else [])]
-    arrays = zarr_columns(data, needed) or {v: data.variables[v].data for v in needed}
     kernel = functools.partial(_kernel, variables=variables, weight=schema.weight, pairwise=pairwise)
-    total = compute(map_reduce(arrays, kernel, name="dpgm-moments"), client=client, progress=progress)
+    total = source.compute(map_reduce(source.columns(variables), kernel, name="dpgm-moments"))
     pair = ("variable", "variable_")
     coords = {"variable": list(variables), "variable_": list(variables)}
     matrix = functools.partial(xr.DataArray, dims=pair, coords=coords)

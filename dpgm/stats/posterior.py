@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpgm.data.schema import Schema
 from dpgm.stats.rows import constant_map, row_map
 
 if TYPE_CHECKING:
     import dask.array as da
+
+    from dpgm.stats.source import DataSource
 
 __all__ = ["posterior_map"]
 
@@ -24,15 +25,15 @@ def _posterior_block(index: int, columns: dict[str, np.ndarray], tree: Any, *, o
     return marginals[target]
 
 
-def posterior_map(data, tree: Any, observed: Sequence[str], target: str, cardinality: int) -> da.Array:
-    """Lazy ``(row, state)`` posterior of ``target`` given each row's observed values.
+def posterior_map(source: DataSource, tree: Any, observed: Sequence[str], target: str, cardinality: int) -> da.Array:
+    """Lazy ``(row, state)`` posterior of ``target`` given each row's observed values in ``source``.
 
     One task per chunk (``dpgm-predict`` in the dashboard, see :func:`dpgm.stats.rows.row_map`);
     the tree enters the graph once.
     """
-    schema = Schema.from_dataset(data)
+    data = source.data
     observed = tuple(observed)
-    schema.check_scopes([observed])
+    source.schema.check_scopes([observed])
     if not observed:  # nothing observed: every row's posterior is the target's marginal
         _, marginals = tree.posteriors(np.zeros((1, 0), dtype=np.int8), observed, targets=[target])
         return constant_map(data, marginals[target])
