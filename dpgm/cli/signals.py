@@ -114,8 +114,10 @@ def terminate(signum: int, frame: Any) -> None:
     elif _SIGNAL.handled:  # reported already: the command is ending
         return
     error = Terminated(_SIGNAL.signum)
-    cluster = sys.modules.get("dpgm.cluster")  # loaded when a pass may be waited for
-    now = cluster.interrupt(error) if cluster is not None else True
+    # dpgm.cluster is loaded when a pass may be waited for; while it is still being imported it has no
+    # interrupt yet, and nothing waits on a pass: the interrupt is raised now
+    interrupt = getattr(sys.modules.get("dpgm.cluster"), "interrupt", None)
+    now = interrupt(error) if interrupt is not None else True
     if now and sys.exc_info()[1] is None and not _SIGNAL.finishing:
         _finish_storage_io(frame)
         raise error

@@ -289,6 +289,38 @@ def test_generate_interrupted_before_the_cluster_is_up(tmp_path):
         assert check_store(out, line) == "absent" and "no output was written" in line
 
 
+INTERRUPTED_IMPORT = """
+import importlib.abc, os, signal, sys
+from dpgm.cli.signals import Terminated, handle_signals
+
+class SignalDuringImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "asyncio" and "dpgm.cluster" in sys.modules:  # dpgm.cluster's first import
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+handle_signals()
+sys.modules.pop("asyncio", None)
+sys.meta_path.insert(0, SignalDuringImport())
+try:
+    import dpgm.cluster
+except Terminated as error:
+    print("interrupted:", error, "partial:", not hasattr(sys.modules.get("dpgm.cluster"), "interrupt"))
+"""
+
+
+def test_a_signal_while_dpgm_cluster_is_imported_is_the_interrupt(tmp_path):
+    """The signal arrives while ``dpgm.cluster`` is half imported (its ``interrupt`` not yet defined): the
+    handler raises the interrupt, not an AttributeError from the half-made module (seen in a real
+    ``dpgm generate`` signalled at a random moment)."""
+    script = tmp_path / "interrupted_import.py"
+    script.write_text(INTERRUPTED_IMPORT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.strip() == "interrupted: SIGTERM partial: True", done.stdout
+
+
 def test_a_swallowed_interrupt_is_raised_by_the_next_wait(tmp_path, client):
     """The handler's exception lost where Python ignores it (a garbage-collection callback): recorded, it is
     raised by the wait for the next pass, which is stopped (its tasks cancelled) before it propagates."""
