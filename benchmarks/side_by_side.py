@@ -554,7 +554,7 @@ def _commit(checkout: Path) -> str:
 
 def markdown(report: dict) -> str:
     lines = [
-        "# refactor: every benchmark's workload before vs after the issue-13 refactor, side by side",
+        f"# {report.get('title', 'side by side')}",
         "",
         f"**old** = {report['old']} (the commit before the refactor); **new** = {report['new']}. "
         f"Written by `python -m benchmarks.side_by_side`; {report['rounds']} rounds, each a fresh process per "
@@ -606,6 +606,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "refactor")
     parser.add_argument("--merge", nargs="*", type=Path, help="combine these reports' rows into --out")
     parser.add_argument("--note", action="append", default=[], help="a paragraph for the results file")
+    parser.add_argument("--title", default="every benchmark's workload on two checkouts, side by side",
+                        help="the results file's heading")
     parser.add_argument("--worker")
     parser.add_argument("--label")
     args = parser.parse_args(argv)
@@ -616,7 +618,8 @@ def main(argv: list[str] | None = None) -> None:
         reports = [json.loads(p.read_text()) for p in [args.out.with_suffix(".json"), *args.merge]
                    if p.exists()]
         rows = {row["workload"]: row for report in reports for row in report["rows"]}
-        report = {**reports[-1], "load_min": min(r["load_min"] for r in reports),
+        report = {**reports[-1], "title": args.title if "--title" in (argv or sys.argv) else reports[0].get("title"),
+                  "load_min": min(r["load_min"] for r in reports),
                   "load_max": max(r["load_max"] for r in reports),
                   "notes": reports[0].get("notes", []) + args.note, "rows": [rows[n] for n in WORKLOADS if n in rows]}
         args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
@@ -640,7 +643,7 @@ def main(argv: list[str] | None = None) -> None:
             row["profile"] = {label: _spawn(checkouts[label], label, name, 1, profile=True)["profile"]
                               for label in ("old", "new")}
         rows[name] = row
-    report = {"old": _commit(checkouts["old"]), "new": _commit(checkouts["new"]), "rounds": args.rounds,
+    report = {"title": args.title, "old": _commit(checkouts["old"]), "new": _commit(checkouts["new"]), "rounds": args.rounds,
               "inner": args.inner, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
               "load_min": min(loads + [previous.get("load_min", 1e9)]),
               "load_max": max(loads + [previous.get("load_max", 0.0)]),
