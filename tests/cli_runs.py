@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import dask
 import pytest
 
 SHARED = "DPGM_TEST_SCHEDULER"
+DPGM = [sys.executable, "-m", "dpgm.cli"]
 
 
 def cli_environment(*, own_cluster: bool = False) -> dict[str, str]:
@@ -31,6 +33,17 @@ def cli_environment(*, own_cluster: bool = False) -> dict[str, str]:
     if shared and not own_cluster:
         environment["DASK_SCHEDULER_ADDRESS"] = shared
     return environment
+
+
+def run_dpgm(*args, check: bool = False, timeout: float = 240, env: dict | None = None, own_cluster: bool = False,
+             cwd=None) -> subprocess.CompletedProcess:
+    """Run ``dpgm ARGS`` (this interpreter's) to its end; ``check``: fail the test on a non-zero exit."""
+    environment = {**cli_environment(own_cluster=own_cluster), **(env or {})}
+    result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment,
+                            timeout=timeout, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}: {result.stderr}")
+    return result
 
 
 def error_line(result: subprocess.CompletedProcess, code: int) -> str:
