@@ -22,10 +22,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from cli_runs import run_dpgm
 
 import dpgm
 from dpgm.api.sources import converted_path
 from dpgm.errors import ConvergenceWarning, DataError
+
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
 
 DPGM = [sys.executable, "-m", "dpgm.cli"]
 EDGES = [("region", "smoker"), ("smoker", "cough")]
@@ -275,12 +278,7 @@ def test_summary_of_structures_and_structural_zeros():
 
 
 def run(*args, check: bool = True) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
-    result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=180)
-    if check and result.returncode != 0:
-        raise AssertionError(f"exit {result.returncode}: {result.stderr}")
-    return result
+    return run_dpgm(*args, check=check, timeout=180)
 
 
 def _closed_form_n_params(kind: str, model) -> int | None:

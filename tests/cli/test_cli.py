@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
+from cli_runs import run_dpgm
 
 import dpgm
+
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
 
 DPGM = [sys.executable, "-m", "dpgm.cli"]
 
 
 def run(*args, env=None, check=True):
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error", **(env or {})}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
-    result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=180)
-    if check and result.returncode != 0:
-        raise AssertionError(f"exit {result.returncode}: {result.stderr}")
-    return result
+    return run_dpgm(*args, env=env, check=check, timeout=180)
 
 
 def test_generate_info_counts_end_to_end(tmp_path):

@@ -16,6 +16,8 @@ from test_cli import _one_line_error, run
 
 import dpgm
 
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
+
 VARIABLES = ["a", "b", "c", "d", "e"]
 
 

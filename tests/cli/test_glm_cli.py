@@ -6,26 +6,19 @@ Oracle: statsmodels GLM on the same rows (coefficients rel 1e-8 after tol=1e-12)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
+from cli_runs import run_dpgm
 
 import dpgm
 
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
 
 def run(*args, check=True):
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
-    result = subprocess.run([sys.executable, "-m", "dpgm.cli", *map(str, args)], capture_output=True, text=True,
-                            env=environment, timeout=180)
-    if check and result.returncode != 0:
-        raise AssertionError(f"exit {result.returncode}: {result.stderr}")
-    return result
+    return run_dpgm(*args, check=check, timeout=180)
 
 
 def _rows(n: int = 3000, seed: int = 0) -> pd.DataFrame:

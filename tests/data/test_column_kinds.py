@@ -8,7 +8,6 @@ the pandas frame for a network fitted on the converted stores.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,19 +19,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zarr
-from cli_runs import error_line
+from cli_runs import error_line, run_dpgm
 
 import dpgm
 from dpgm.data import ConversionReport
 from dpgm.errors import ConfigError, DataError
 
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
+
 DPGM = [sys.executable, "-m", "dpgm.cli"]
 
 
 def run(*args) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
-    return subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=240)
+    return run_dpgm(*args)
 
 
 def kind_line(stdout: str, column: str) -> str:

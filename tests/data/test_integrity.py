@@ -21,19 +21,20 @@ import pandas as pd
 import pytest
 import xarray as xr
 import zarr
-from cli_runs import error_line
+from cli_runs import cli_environment, error_line
 from zarr.codecs import Crc32cCodec
 
 import dpgm
 from dpgm.data import add_variables
 from dpgm.errors import DataError
 
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
+
 DPGM = [str(Path(sys.executable).with_name("dpgm"))]
 
 
 def run(*args, check=True):
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
+    environment = cli_environment()
     result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment,
                             timeout=240)
     if check and result.returncode != 0:
@@ -374,8 +375,7 @@ def test_cli_generate_killed_midway_leaves_a_refused_store(tmp_path):
     import time
 
     store = tmp_path / "g.zarr"
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
+    environment = cli_environment()
     job = subprocess.Popen([*DPGM, "generate", "alarm", str(store), "--rows", "1e7", "--chunk-rows", "1e4",
                             "--workers", "1"], env=environment, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)

@@ -21,18 +21,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cli_runs import error_line, s3_server
+from cli_runs import cli_environment, error_line, s3_server
 from data_helpers import pandas_counts, random_frame
 
 import dpgm
 from dpgm.errors import DataError
 
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
+
 DPGM = [sys.executable, "-m", "dpgm.cli"]
 
 
 def run(*args, check=True):
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
+    environment = cli_environment()
     result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=240)
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}: {result.stderr}")

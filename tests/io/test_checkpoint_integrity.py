@@ -12,10 +12,8 @@ import errno
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -24,11 +22,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cli_runs import error_line, no_pass
+from cli_runs import cli_environment, error_line, no_pass, run_dpgm
 
 import dpgm
 from dpgm.errors import ConvergenceWarning, DataError, TableTooLarge
 from dpgm.io.checkpoint import CheckpointDamaged, CheckpointMismatch, CheckpointWriteError
+
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
 
 LCA = "model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub, smoke]\nrandom_state: 0\ntol: 0.0\n"
 ASIA_LATENT = ("model: bayesian_network\nnetwork: asia\ndrop: [either]\nlatent: {either: ['yes', 'no']}\n"
@@ -36,14 +36,11 @@ ASIA_LATENT = ("model: bayesian_network\nnetwork: asia\ndrop: [either]\nlatent: 
 
 
 def environment() -> dict[str, str]:
-    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    env.pop("DASK_SCHEDULER_ADDRESS", None)
-    return env
+    return cli_environment()
 
 
 def run(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpgm.cli", *map(str, args)], capture_output=True, text=True,
-                          env=environment(), timeout=timeout)
+    return run_dpgm(*args, timeout=timeout)
 
 
 def tables(model) -> dict[str, np.ndarray]:
