@@ -9,11 +9,14 @@ import networkx as nx
 import numpy as np
 import xarray as xr
 
+from dpgm.models.description import edge_lists, state_lists
+from dpgm.models.saving import model_kind
 from dpgm.potentials import state_index
 
 __all__ = ["BayesianNetwork"]
 
 
+@model_kind
 class BayesianNetwork:
     """A discrete Bayesian network with labelled conditional probability tables.
 
@@ -133,6 +136,10 @@ class BayesianNetwork:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        return state_lists(self.states, self.variables), {"edges": edge_lists(self.edges)}, self.is_parameterized
 
     def _to_store(self) -> dict[str, Any]:
         return dict(self.cpds)

@@ -8,11 +8,15 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from dpgm.models.description import CONTINUOUS, edge_lists
+from dpgm.models.saving import model_kind
+
 __all__ = ["GaussianGraphicalModel"]
 
 _PAIR = ("variable", "variable_")
 
 
+@model_kind
 class GaussianGraphicalModel:
     """``x ~ N(mean, covariance)`` with ``precision[i, j] = 0`` wherever ``i`` and ``j`` share no edge.
 
@@ -166,6 +170,10 @@ class GaussianGraphicalModel:
     def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> GaussianGraphicalModel:
         graph = [tuple(e) for e in attrs["edges"]] + [(v,) for v in attrs["variables"]]
         return cls(graph, attrs["variables"], tables.get("mean"), tables.get("covariance"))
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        return dict.fromkeys(self.variables, CONTINUOUS), {"edges": edge_lists(self.edges)}, self.is_fitted
 
     def _to_store(self) -> dict[str, Any]:
         tables: dict[str, Any] = {} if not self.is_fitted else {"mean": self.mean, "covariance": self.covariance}

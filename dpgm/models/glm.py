@@ -16,10 +16,13 @@ from typing import Any
 import xarray as xr
 
 from dpgm.glm_families import FAMILIES, GLMFamily, canonical_family, glm_family
+from dpgm.models.description import CATEGORICAL, CONTINUOUS, edge_lists
+from dpgm.models.saving import model_kind
 
 __all__ = ["FAMILIES", "GLMConditional", "canonical_family"]
 
 
+@model_kind
 class GLMConditional:
     """``P(child | parents)`` as a generalized linear model with the family's canonical link.
 
@@ -193,6 +196,27 @@ class GLMConditional:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _described_variables(self) -> dict[str, Any]:
+        """Child and parents: the child's states where it is categorical, else continuous; a parent is
+        continuous when it is a term itself, ``"categorical"`` when it has indicator terms (``parent[state]``:
+        its reference state is not stored); unknown (``None``) before a fit."""
+        if not self.is_fitted:
+            return dict.fromkeys(self.variables)
+        terms = self.terms
+        variables: dict[str, Any] = {
+            self.child: list(self.child_states) if self.child_states is not None else CONTINUOUS}
+        for p in self.parents:
+            variables[p] = CONTINUOUS if p in terms else CATEGORICAL if any(t.startswith(f"{p}[") for t in terms) \
+                else None
+        return variables
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        structure = {"child": self.child, "parents": list(self.parents), "family": self.family, "link": self.link,
+                     "terms": list(self.terms) if self.is_fitted else None,
+                     "edges": edge_lists([(p, self.child) for p in self.parents])}
+        return self._described_variables(), structure, self.is_fitted
 
     def _to_store(self) -> dict[str, Any]:
         tables: dict[str, Any] = {}

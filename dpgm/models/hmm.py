@@ -8,9 +8,13 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from dpgm.models.description import edge_lists, state_lists
+from dpgm.models.saving import model_kind
+
 __all__ = ["HiddenMarkovModel", "hmm"]
 
 
+@model_kind
 class HiddenMarkovModel:
     """A hidden chain ``z_1..z_T`` with one categorical emission per step.
 
@@ -104,6 +108,13 @@ class HiddenMarkovModel:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        structure = {"hidden": self.hidden, "observed": self.variable, "n_states": self.n_states,
+                     "edges": edge_lists([(f"{self.hidden}_t", f"{self.hidden}_t+1"),
+                                          (f"{self.hidden}_t", f"{self.variable}_t")])}
+        return state_lists(self.states, (self.hidden, self.variable)), structure, True
 
     def _to_store(self) -> dict[str, Any]:
         return {"start": self.start, "transition": self.transition, "emission": self.emission}

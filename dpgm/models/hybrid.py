@@ -9,11 +9,14 @@ from typing import Any
 import networkx as nx
 import xarray as xr
 
+from dpgm.models.description import edge_lists
 from dpgm.models.glm import GLMConditional, canonical_family
+from dpgm.models.saving import model_kind
 
 __all__ = ["HybridNetwork"]
 
 
+@model_kind
 class HybridNetwork:
     """A directed model whose nodes are probability tables or GLM conditionals.
 
@@ -195,6 +198,22 @@ class HybridNetwork:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        variables: dict[str, Any] = {}
+        for v in self.variables:
+            if v in self.tables:
+                variables[v] = [str(s) for s in self.tables[v].coords[v].values]
+            elif v in self.states:
+                variables[v] = list(self.states[v])
+            elif v in self.conditionals:
+                variables[v] = self.conditionals[v]._described_variables()[v]
+            else:
+                variables[v] = None
+        structure = {"edges": edge_lists(self.edges), "nodes": {v: self.kind(v) for v in self.variables},
+                     "latent": sorted(self.states)}
+        return variables, structure, self.is_fitted
 
     def _to_store(self) -> dict[str, Any]:
         tables: dict[str, Any] = {f"table:{v}": t for v, t in self.tables.items()}

@@ -10,9 +10,13 @@ import networkx as nx
 import numpy as np
 import xarray as xr
 
+from dpgm.models.description import CONTINUOUS, edge_lists
+from dpgm.models.saving import model_kind
+
 __all__ = ["LinearGaussianNetwork"]
 
 
+@model_kind
 class LinearGaussianNetwork:
     """``x_v = intercept_v + sum_p beta_vp x_p + e_v``, ``e_v ~ N(0, variance_v)``, over a DAG.
 
@@ -92,6 +96,10 @@ class LinearGaussianNetwork:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        return dict.fromkeys(self.variables, CONTINUOUS), {"edges": edge_lists(self.edges)}, self.is_fitted
 
     def _to_store(self) -> dict[str, Any]:
         tables: dict[str, Any] = {}

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.models.saving import pop_zeros, zeros_table
+from dpgm.models.description import state_lists, zeros_record
+from dpgm.models.saving import model_kind, pop_zeros, zeros_table
 from dpgm.models.summary import hierarchical_free_parameters
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
 from dpgm.potentials import labelled_table
@@ -17,6 +18,7 @@ from dpgm.potentials import labelled_table
 __all__ = ["LogLinearModel", "hierarchical_free_parameters"]
 
 
+@model_kind
 class LogLinearModel:
     """``p(x) ∝ exp(sum_i theta_i f_i(x_{S_i}))`` with nonnegative features ``f_i``.
 
@@ -199,6 +201,12 @@ class LogLinearModel:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        structure = {"scopes": [list(s) for s in self.scopes], "n_features": len(self.features),
+                     "margins": None if self.margins is None else [list(m) for m in self.margins]}
+        return state_lists(self.states, self.variables), structure | zeros_record(self.structural_zeros), True
 
     def _to_store(self) -> dict[str, Any]:
         weights = {name: (None if not np.isfinite(w) else w) for name, w in self.weights.items()}

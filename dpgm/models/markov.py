@@ -8,13 +8,15 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dpgm.models.saving import pop_zeros, zeros_table
+from dpgm.models.description import state_lists, zeros_record
+from dpgm.models.saving import model_kind, pop_zeros, zeros_table
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
 from dpgm.potentials import labelled_table, state_index
 
 __all__ = ["MarkovNetwork"]
 
 
+@model_kind
 class MarkovNetwork:
     """A Markov network with labelled potentials.
 
@@ -136,6 +138,11 @@ class MarkovNetwork:
         from dpgm.models.saving import save
 
         save(self, path, mode=mode)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        structure = {"cliques": [list(s) for s in self.scopes]} | zeros_record(self.structural_zeros)
+        return state_lists(self.states, self.variables), structure, True
 
     def _to_store(self) -> dict[str, Any]:
         return {",".join(s): t for s, t in self.potentials.items()} | zeros_table(self.structural_zeros)

@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from dpgm.models.description import CONTINUOUS
+from dpgm.models.saving import model_kind
+
 __all__ = ["COVARIANCE_TYPES", "GaussianMixture"]
 
 COVARIANCE_TYPES = ("full", "diag", "spherical", "tied")
@@ -77,6 +80,7 @@ def _singular_message(component: int | None, names: list[str], reg_covar: float 
             f"(collapsed or constant there){hint}")
 
 
+@model_kind
 class GaussianMixture:
     """A mixture of ``n_components`` multivariate normal distributions.
 
@@ -212,6 +216,11 @@ class GaussianMixture:
             return model
         return model.with_parameters(tables["weights"].values, tables["means"].values,
                                      tables["covariances"].values)
+
+    def _describe(self) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Variables, structure and whether fitted, for :func:`dpgm.models.description.describe`."""
+        structure = {"n_components": self.n_components, "covariance_type": self.covariance_type}
+        return dict.fromkeys(self.variables, CONTINUOUS), structure, self.is_fitted
 
     def _to_store(self) -> dict[str, Any]:
         tables: dict[str, Any] = {} if not self.is_fitted else {

@@ -16,11 +16,26 @@ import xarray as xr
 
 from dpgm.data.table_store import read_tables, write_tables
 
-__all__ = ["MODEL_FORMAT_VERSION", "read_model_tables", "register", "save"]
+__all__ = ["KINDS", "MODEL_FORMAT_VERSION", "model_kind", "read_model_tables", "register", "save"]
 
 MODEL_FORMAT_VERSION = 1
 # classes taught by register(): name -> (class, tables(model), build(tables, attrs))
 CODECS: dict[str, tuple[type, Callable[[Any], dict], Callable[[dict, dict], Any]]] = {}
+
+
+# dpgm's own model kinds: class name -> class, each registered by its own module (@model_kind)
+KINDS: dict[str, type] = {}
+
+
+def model_kind(cls: type) -> type:
+    """Class decorator of a dpgm model kind: :func:`dpgm.load` rebuilds it (``cls._from_store``) and
+    :func:`dpgm.models.description.describe` describes it (``model._describe()``); the kind's module is
+    its only home in ``dpgm.models``."""
+    for method in ("_to_store", "_from_store", "_describe"):
+        if not callable(getattr(cls, method, None)):
+            raise TypeError(f"model kind {cls.__name__} lacks {method}()")
+    KINDS[cls.__name__] = cls
+    return cls
 
 
 def register(cls: type, tables: Callable[[Any], dict], build: Callable[[dict, dict], Any]) -> None:

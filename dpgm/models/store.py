@@ -11,26 +11,27 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dpgm.models.saving import CODECS, read_model_tables, register, save
+from dpgm.models.saving import CODECS, KINDS, read_model_tables, register, save
 
-__all__ = ["load", "register", "save"]
+__all__ = ["load", "model_kinds", "register", "save"]
+
+
+def model_kinds() -> dict[str, type]:
+    """Every model kind of :mod:`dpgm.models` (importing each of its modules registers their kinds with
+    :func:`dpgm.models.saving.model_kind`)."""
+    import importlib
+    import pkgutil
+
+    import dpgm.models as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    return dict(KINDS)
 
 
 def _kinds() -> dict[str, Callable[[dict, dict], Any]]:
-    """Model kind name -> ``build(tables, attrs)``: every dpgm model, then the registered classes."""
-    from dpgm.models.bayesian_network import BayesianNetwork
-    from dpgm.models.gaussian import GaussianGraphicalModel
-    from dpgm.models.glm import GLMConditional
-    from dpgm.models.hmm import HiddenMarkovModel
-    from dpgm.models.hybrid import HybridNetwork
-    from dpgm.models.linear_gaussian import LinearGaussianNetwork
-    from dpgm.models.log_linear import LogLinearModel
-    from dpgm.models.markov import MarkovNetwork
-    from dpgm.models.mixture import GaussianMixture
-
-    kinds = (BayesianNetwork, MarkovNetwork, LogLinearModel, HiddenMarkovModel, GaussianGraphicalModel,
-             LinearGaussianNetwork, GaussianMixture, GLMConditional, HybridNetwork)
-    return {cls.__name__: cls._from_store for cls in kinds} | {name: c[2] for name, c in CODECS.items()}
+    """Model kind name -> ``build(tables, attrs)``: every dpgm model kind, then the registered classes."""
+    return {name: cls._from_store for name, cls in model_kinds().items()} | {name: c[2] for name, c in CODECS.items()}
 
 
 def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -> Any:

@@ -219,3 +219,15 @@ def test_predictions_are_offered_exactly_where_the_registry_declares_them(spec_n
         assert dpgm.predict(fitted, data, variable).shape == (data.sizes["row"],)
         return
     assert dpgm.predict_proba(fitted, data, variable).shape[0] == data.sizes["row"]
+
+
+def test_the_models_layer_knows_exactly_the_registered_kinds():
+    """Each model module registers its own class (``@model_kind``), which is how ``dpgm.load`` and ``dpgm info``
+    find it: the models layer's kinds are exactly the registry's model classes, and each describes itself."""
+    from dpgm.models.store import model_kinds
+
+    assert set(model_kinds().values()) == {kind.model_class for kind in kinds()}
+    for case in CASES:
+        model = case.model()
+        described = model._describe()
+        assert isinstance(described, tuple) and len(described) == 3, case.spec_name
