@@ -59,6 +59,10 @@ class ConfigTypeError(ConfigError, TypeError):
     """An option of the wrong type (``max_iter="ten"``): both a :class:`ConfigError` and a ``TypeError``."""
 
 
+class SpecError(ConfigError):
+    """A model specification that cannot be used (:mod:`dpgm.spec`; the CLI exits 78), naming the key."""
+
+
 class TableTooLarge(ConfigError):
     """A table that cannot be allocated (e.g. a counts scope of 37 variables), refused before any pass."""
 

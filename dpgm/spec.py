@@ -92,10 +92,9 @@ from typing import Any
 
 import yaml
 
-from dpgm.errors import ConfigError
+from dpgm.errors import ConfigError, SpecError
 
 __all__ = ["SpecError", "build_model", "drop_variables", "read_spec"]
-
 
 
 def structure_keys() -> dict[str, tuple[str, ...]]:
@@ -107,15 +106,10 @@ def structure_keys() -> dict[str, tuple[str, ...]]:
     return dict(spec_names())
 
 
-_CONTINUOUS_KINDS = ("gaussian_graphical", "gaussian_mixture", "linear_gaussian")
 # options a specification cannot hold: they are the command line's (--checkpoint, --resume)
 _COMMAND_LINE_OPTIONS = {"checkpoint": "--checkpoint", "resume": "--resume"}
 # YAML 1.1 reads 1e-8 (no dot) as a string: accepted for these numeric options
 _REAL_OPTIONS = ("tol", "loglik_tol", "l1", "l2", "equivalent_sample_size", "alpha", "reg_covar")
-
-
-class SpecError(ConfigError):
-    """A model specification that cannot be used (a ``ValueError``; the CLI exits 78)."""
 
 
 def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -155,18 +149,6 @@ def drop_variables(spec: dict[str, Any], ds: Any, also: Any = ()) -> tuple[dict[
     if unknown:
         raise SpecError(f"cannot drop {unknown}: not variables of the data; variables: {sorted(map(str, ds.data_vars))}")
     return spec, (ds.drop_vars(names) if names else ds)
-
-
-def _check_latent_not_observed(latent: list[str], states: dict[str, tuple[str, ...]]) -> None:
-    """A latent variable present in the data would be fitted as observed: refuse it, naming it."""
-    observed = [v for v in latent if v in states]
-    if observed:
-        raise SpecError(
-            f"latent variable {observed[0]!r} is a variable of the data, so it would be fitted as observed; "
-            f"rename it, remove it from 'latent' to fit it as observed, or drop it from the data "
-            f"('drop: [{observed[0]}]' in the specification, or --drop {observed[0]})"
-            + (f" (also in the data: {observed[1:]})" if len(observed) > 1 else "")
-        )
 
 
 def build_model(
@@ -252,173 +234,18 @@ def _options(spec: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def _build(spec: dict[str, Any], states: dict[str, tuple[str, ...]] | None,
            continuous: list[str] | None = None) -> tuple[Any, str | None, dict]:
-    states = dict(states or {})
-    from dpgm.models.bayesian_network import BayesianNetwork
-    from dpgm.networks import load_network
+    """The model the registry's builder of ``spec['model']`` makes, the method it implies and the options."""
+    from dpgm.api.kinds import spec_forms
 
-    kind, known = spec["model"], list(structure_keys())
+    kind, forms = spec["model"], spec_forms()
     if not isinstance(kind, str):
-        raise SpecError(f"'model' must be the name of a model kind (a string), got {kind!r}; expected one of {known}")
-    if kind not in known:
-        raise SpecError(f"unknown model kind {kind!r}; expected one of {known}")
+        raise SpecError(f"'model' must be the name of a model kind (a string), got {kind!r}; expected one of "
+                        f"{list(forms)}")
+    if kind not in forms:
+        raise SpecError(f"unknown model kind {kind!r}; expected one of {list(forms)}")
     _check_types(spec, kind)
     options = _options(spec, kind)
-    method = spec.get("method")
-    if kind in _CONTINUOUS_KINDS:
-        return _build_continuous(spec, kind, states, continuous), method, options
-    if kind == "bayesian_network":
-        latent = spec.get("latent") or {}
-        if not isinstance(latent, dict):
-            raise SpecError("'latent' must map each latent variable to its state labels")
-        if "network" in spec and "edges" in spec:
-            raise SpecError("a bayesian_network takes 'network' or 'edges', not both")
-        if "network" in spec:
-            try:
-                network = load_network(str(spec["network"]))
-            except (FileNotFoundError, ValueError) as error:
-                raise SpecError(f"'network': {error}") from None
-            edges, variables = network.edges, network.variables
-        else:
-            edges, variables = spec.get("edges"), spec.get("variables", ())
-            if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
-                raise SpecError("a bayesian_network needs 'edges': a list of [parent, child] pairs (or 'network')")
-        _check_latent_not_observed(list(latent), states)
-        if latent:
-            names = {v for e in edges for v in e} | set(variables)
-            missing = sorted(v for v in names if v not in states and v not in latent)
-            if missing:
-                raise SpecError(f"variables {missing} are neither in the data nor declared under 'latent'")
-            all_states = {v: list(states[v]) for v in names if v in states} | {
-                k: [str(x) for x in v] for k, v in latent.items()}
-            return BayesianNetwork.from_edges(edges, all_states, variables=variables), method or "em", options
-        return BayesianNetwork.from_edges(edges, variables=variables), method, options
-    if kind in ("markov_network", "log_linear"):
-        from dpgm.models.log_linear import LogLinearModel
-        from dpgm.models.markov import MarkovNetwork
-
-        key = "cliques" if kind == "markov_network" else "margins"
-        scopes = spec.get(key)
-        if not isinstance(scopes, list) or not all(isinstance(c, list) and c for c in scopes):
-            raise SpecError(f"a {kind} needs '{key}': a list of variable lists")
-        unknown = sorted({v for c in scopes for v in c} - set(states))
-        if unknown:
-            raise SpecError(f"{key} name variables not in the data: {unknown}; data variables: {sorted(states)}")
-        build = MarkovNetwork.from_cliques if kind == "markov_network" else LogLinearModel.from_margins
-        return build([tuple(c) for c in scopes], states), method, options
-    if kind == "latent_class":
-        from dpgm.models.bayesian_network import latent_class_model
-
-        _check_latent_not_observed([spec.get("variable", "class")], states)
-        observed = spec.get("observed") or sorted(states)
-        unknown = sorted(set(observed) - set(states))
-        if unknown or not isinstance(spec.get("n_classes"), int):
-            raise SpecError(f"a latent_class model needs 'n_classes' (an integer) and observed variables of the "
-                            f"data (unknown: {unknown})")
-        from dpgm.api.checks import check_latent_states
-
-        check_latent_states(spec.get("variable", "class"), spec["n_classes"],  # before its tables exist
-                            1 + sum(len(states[v]) for v in observed), kind="latent class variable")
-        model = latent_class_model({v: states[v] for v in observed}, spec["n_classes"],
-                                   latent=spec.get("variable", "class"))
-        return model, method or "em", options
-    if kind == "hmm":
-        from dpgm.models.hmm import hmm
-
-        if not isinstance(spec.get("n_states"), int) or not isinstance(spec.get("symbols"), list):
-            raise SpecError("an hmm needs 'n_states' (an integer) and 'symbols' (the observed labels)")
-        from dpgm.api.checks import check_hidden_states
-
-        check_hidden_states(spec["n_states"], len(spec["symbols"]))  # before its tables exist
-        return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), method, options
-    if kind in ("glm", "hybrid_network"):
-        latent = kind == "hybrid_network" and bool(spec.get("latent"))
-        return _build_glm(spec, kind, states, options), method or ("em" if latent else None), options
-    raise AssertionError(kind)  # pragma: no cover - every specification name of the registry is built above
-
-
-def _pairs(spec: dict[str, Any], key: str, kind: str, size: int | None) -> list[tuple[str, ...]]:
-    """``spec[key]`` as a list of name tuples (``size``: each exactly that long), or a SpecError naming it."""
-    value = spec.get(key)
-    ok = isinstance(value, list) and all(
-        isinstance(e, list) and e and all(isinstance(v, str) and v for v in e) and (size is None or len(e) == size)
-        for e in value)
-    if not ok:
-        what = "a list of [parent, child] pairs" if size == 2 else "a list of variable lists"
-        raise SpecError(f"{key!r} of a {kind} must be {what}, got {value!r}")
-    return [tuple(e) for e in value]
-
-
-def _build_continuous(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]],
-                      continuous: list[str] | None) -> Any:
-    """A GaussianGraphicalModel, GaussianMixture or LinearGaussianNetwork; its variables checked against the data."""
-    from dpgm.models.gaussian import GaussianGraphicalModel
-    from dpgm.models.linear_gaussian import LinearGaussianNetwork
-    from dpgm.models.mixture import GaussianMixture
-
-    variables = spec.get("variables")
-    if kind == "gaussian_mixture":
-        if "n_components" not in spec:
-            raise SpecError("a gaussian_mixture needs 'n_components' (an integer >= 1)")
-        if variables is None:
-            if continuous is None:
-                raise SpecError("a gaussian_mixture needs 'variables' (its continuous variables)")
-            variables = list(continuous)
-            if not variables:
-                raise SpecError("the data have no continuous variable for a gaussian_mixture; "
-                                f"categorical: {sorted(states)}")
-        named = list(variables)
-    elif kind == "gaussian_graphical":
-        if ("edges" in spec) == ("cliques" in spec):
-            raise SpecError("a gaussian_graphical model takes 'edges' or 'cliques' (one of them)")
-        scopes = _pairs(spec, "edges" if "edges" in spec else "cliques", kind, 2 if "edges" in spec else None)
-        named = list(dict.fromkeys([*(v for s in scopes for v in s), *(variables or ())]))
-    else:
-        if "edges" not in spec:
-            raise SpecError("a linear_gaussian network needs 'edges': a list of [parent, child] pairs")
-        scopes = _pairs(spec, "edges", kind, 2)
-        named = list(dict.fromkeys([*(v for s in scopes for v in s), *(variables or ())]))
-    categorical = [v for v in named if v in states]
-    if categorical:
-        raise SpecError(f"a {kind} needs continuous variables; {categorical} are categorical in the data")
-    if continuous is not None:
-        unknown = [v for v in named if v not in continuous]
-        if unknown:
-            raise SpecError(f"variables {unknown} are not in the data; continuous variables: {sorted(continuous)}")
-    try:
-        if kind == "gaussian_mixture":
-            return GaussianMixture(spec["n_components"], variables, spec.get("covariance_type", "full"))
-        if kind == "gaussian_graphical":
-            return GaussianGraphicalModel(scopes, variables)
-        return LinearGaussianNetwork(scopes, variables)
-    except (TypeError, ValueError) as error:
-        raise SpecError(f"{kind}: {error}") from None
-
-
-def _build_glm(spec: dict[str, Any], kind: str, states: dict[str, tuple[str, ...]], options: dict[str, Any]) -> Any:
-    """A GLMConditional or a HybridNetwork from its keys (families and parents checked by the model).
-
-    ``l2`` is the model's ridge penalty, not an option of the fit: taken out of ``options``.
-    """
-    from dpgm.models.glm import GLMConditional
-    from dpgm.models.hybrid import HybridNetwork
-
-    l2 = options.pop("l2", 0.0)
-    try:
-        if kind == "glm":
-            parents = spec.get("parents", [])
-            if not isinstance(spec.get("child"), str) or not isinstance(parents, list):
-                raise SpecError("a glm needs 'child' (a variable name) and 'parents' (a list of names)")
-            return GLMConditional(spec["child"], parents, spec.get("family", "gaussian"), l2)
-        edges, families = spec.get("edges"), spec.get("families") or {}
-        if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
-            raise SpecError("a hybrid_network needs 'edges': a list of [parent, child] pairs")
-        if not isinstance(families, dict):
-            raise SpecError("'families' must map each GLM node to its family")
-        latent = spec.get("latent") or {}
-        _check_latent_not_observed(list(latent), states)
-        return HybridNetwork([tuple(e) for e in edges], families, nodes=spec.get("variables", ()),
-                             states={k: [str(x) for x in v] for k, v in latent.items()}, l2=l2)
-    except (TypeError, ValueError) as error:
-        if isinstance(error, SpecError):
-            raise
-        raise SpecError(f"{kind}: {error}") from None
+    model, implied = forms[kind].build({**spec, **options}, dict(states or {}), continuous)
+    for key in forms[kind].model_options:
+        options.pop(key, None)
+    return model, spec.get("method") or implied, options

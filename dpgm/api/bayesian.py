@@ -21,8 +21,9 @@ from dpgm.api.checks import complete_counts, saturated_scope
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.labels import StateOrder, align
 from dpgm.api.results import fit_result
+from dpgm.api.spec_checks import check_latent_not_observed, edge_pairs
 from dpgm.cpt import PRIORS, random_tables
-from dpgm.errors import DataError
+from dpgm.errors import DataError, SpecError
 from dpgm.models.bayesian_network import BayesianNetwork
 from dpgm.stats.source import DataSource
 
@@ -206,3 +207,53 @@ def fit_bayesian_network_em(model: BayesianNetwork, source: DataSource, *, tol, 
     result.info["latent"] = latent
     result.info["tree_width"] = plan.structure.width if plan.has_tree else None  # None: no row needed the tree
     return order.restore(result)
+
+
+def bayesian_network_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                               ) -> tuple[BayesianNetwork, str | None]:
+    """A ``model: bayesian_network`` specification: ``edges`` or a shipped ``network``, and ``latent`` variables
+    (then fitted by EM)."""
+    from dpgm.networks import load_network
+
+    latent = spec.get("latent") or {}
+    if not isinstance(latent, dict):
+        raise SpecError("'latent' must map each latent variable to its state labels")
+    if "network" in spec and "edges" in spec:
+        raise SpecError("a bayesian_network takes 'network' or 'edges', not both")
+    if "network" in spec:
+        try:
+            network = load_network(str(spec["network"]))
+        except (FileNotFoundError, ValueError) as error:
+            raise SpecError(f"'network': {error}") from None
+        edges, variables = network.edges, network.variables
+    else:
+        edges, variables = edge_pairs(spec, "bayesian_network"), spec.get("variables", ())
+    check_latent_not_observed(list(latent), states)
+    if not latent:
+        return BayesianNetwork.from_edges(edges, variables=variables), None
+    names = {v for e in edges for v in e} | set(variables)
+    missing = sorted(v for v in names if v not in states and v not in latent)
+    if missing:
+        raise SpecError(f"variables {missing} are neither in the data nor declared under 'latent'")
+    all_states = {v: list(states[v]) for v in names if v in states} | {
+        k: [str(x) for x in v] for k, v in latent.items()}
+    return BayesianNetwork.from_edges(edges, all_states, variables=variables), "em"
+
+
+def latent_class_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                           ) -> tuple[BayesianNetwork, str]:
+    """A ``model: latent_class`` specification: ``n_classes`` and the ``observed`` variables (default: every
+    categorical variable of the data), fitted by EM."""
+    from dpgm.api.checks import check_latent_states
+    from dpgm.models.bayesian_network import latent_class_model
+
+    variable = spec.get("variable", "class")
+    check_latent_not_observed([variable], states)
+    observed = spec.get("observed") or sorted(states)
+    unknown = sorted(set(observed) - set(states))
+    if unknown or not isinstance(spec.get("n_classes"), int):
+        raise SpecError(f"a latent_class model needs 'n_classes' (an integer) and observed variables of the "
+                        f"data (unknown: {unknown})")
+    check_latent_states(variable, spec["n_classes"],  # before its tables exist
+                        1 + sum(len(states[v]) for v in observed), kind="latent class variable")
+    return latent_class_model({v: states[v] for v in observed}, spec["n_classes"], latent=variable), "em"

@@ -16,7 +16,8 @@ from dpgm.algorithms.gaussian import (
 )
 from dpgm.algorithms.result import Estimate, FitResult
 from dpgm.api.results import fit_result
-from dpgm.errors import DataError
+from dpgm.api.spec_checks import continuous_variables, name_lists, spec_errors
+from dpgm.errors import DataError, SpecError
 from dpgm.models.gaussian import GaussianGraphicalModel
 from dpgm.models.linear_gaussian import LinearGaussianNetwork
 from dpgm.stats.source import DataSource
@@ -120,3 +121,31 @@ def fit_linear_gaussian(model: LinearGaussianNetwork, source: DataSource, method
     fitted = model.with_parameters(parameters)
     return fit_result(fitted, "mle", loglik=fitted.log_likelihood(float(stats.n)), n_rows=float(stats.n),
                       n_params=fitted.n_free_parameters(), info={"n_missing": stats.n_missing})
+
+
+def gaussian_graphical_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                                 ) -> tuple[GaussianGraphicalModel, None]:
+    """A ``model: gaussian_graphical`` specification: ``edges`` or ``cliques`` of continuous variables, and
+    ``variables`` (default: those the graph names)."""
+    if ("edges" in spec) == ("cliques" in spec):
+        raise SpecError("a gaussian_graphical model takes 'edges' or 'cliques' (one of them)")
+    scopes = name_lists(spec, "edges" if "edges" in spec else "cliques", "gaussian_graphical",
+                        2 if "edges" in spec else None)
+    variables = spec.get("variables")
+    continuous_variables(list(dict.fromkeys([*(v for s in scopes for v in s), *(variables or ())])),
+                         "gaussian_graphical", states, continuous)
+    with spec_errors("gaussian_graphical"):
+        return GaussianGraphicalModel(scopes, variables), None
+
+
+def linear_gaussian_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                              ) -> tuple[LinearGaussianNetwork, None]:
+    """A ``model: linear_gaussian`` specification: ``edges`` between continuous variables."""
+    if "edges" not in spec:
+        raise SpecError("a linear_gaussian network needs 'edges': a list of [parent, child] pairs")
+    scopes = name_lists(spec, "edges", "linear_gaussian", 2)
+    variables = spec.get("variables")
+    continuous_variables(list(dict.fromkeys([*(v for s in scopes for v in s), *(variables or ())])),
+                         "linear_gaussian", states, continuous)
+    with spec_errors("linear_gaussian"):
+        return LinearGaussianNetwork(scopes, variables), None

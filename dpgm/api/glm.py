@@ -5,6 +5,8 @@ from __future__ import annotations
 from dpgm.algorithms.irls import irls
 from dpgm.algorithms.result import FitResult
 from dpgm.api.glm_node import check_first_pass, glm_result, plan_glm
+from dpgm.api.spec_checks import spec_errors
+from dpgm.errors import SpecError
 from dpgm.models.glm import GLMConditional
 from dpgm.stats.source import DataSource
 
@@ -33,3 +35,13 @@ def fit_glm(model: GLMConditional, source: DataSource, method: str | None, *, to
     run = irls(step, labels=plan.labels, penalty=plan.penalty, tol=tol, max_iter=max_iter,
                closed_form=plan.design.glm.closed_form, callback=callback)
     return glm_result(plan, run, tol=tol)
+
+
+def glm_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                  ) -> tuple[GLMConditional, None]:
+    """A ``model: glm`` specification: ``child``, ``parents``, ``family`` and the ridge penalty ``l2``."""
+    parents = spec.get("parents", [])
+    if not isinstance(spec.get("child"), str) or not isinstance(parents, list):
+        raise SpecError("a glm needs 'child' (a variable name) and 'parents' (a list of names)")
+    with spec_errors("glm"):
+        return GLMConditional(spec["child"], parents, spec.get("family", "gaussian"), spec.get("l2", 0.0)), None

@@ -8,7 +8,7 @@ from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.result import FitResult
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.labels import align
-from dpgm.errors import DataError
+from dpgm.errors import DataError, SpecError
 from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.stats.source import DataSource
 
@@ -93,3 +93,15 @@ def _normalize(counts: np.ndarray, previous: np.ndarray) -> np.ndarray:
     """Rows of expected counts as distributions; a row with no expected count keeps its values."""
     totals = counts.sum(axis=-1, keepdims=True)
     return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), previous)
+
+
+def hmm_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                  ) -> tuple[HiddenMarkovModel, None]:
+    """A ``model: hmm`` specification: ``n_states``, the observed ``symbols`` and the ``variable``."""
+    from dpgm.api.checks import check_hidden_states
+    from dpgm.models.hmm import hmm
+
+    if not isinstance(spec.get("n_states"), int) or not isinstance(spec.get("symbols"), list):
+        raise SpecError("an hmm needs 'n_states' (an integer) and 'symbols' (the observed labels)")
+    check_hidden_states(spec["n_states"], len(spec["symbols"]))  # before its tables exist
+    return hmm(spec["n_states"], spec["symbols"], variable=spec.get("variable", "obs")), None

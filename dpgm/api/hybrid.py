@@ -10,8 +10,9 @@ from dpgm.api.checks import check_tabular
 from dpgm.api.glm_node import GLMPlan, check_first_pass, glm_result, node, plan_glm
 from dpgm.api.labels import align
 from dpgm.api.results import fit_result
+from dpgm.api.spec_checks import check_latent_not_observed, edge_pairs, spec_errors
 from dpgm.data.schema import Schema
-from dpgm.errors import DataError
+from dpgm.errors import DataError, SpecError
 from dpgm.models.hybrid import HybridNetwork
 from dpgm.stats.hybrid import HybridPlan
 from dpgm.stats.source import DataSource
@@ -108,3 +109,17 @@ def fit_hybrid(model: HybridNetwork, source: DataSource, method: str | None, *, 
                         warn=False)
     return order.restore(result)
 
+
+def hybrid_network_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                             ) -> tuple[HybridNetwork, str | None]:
+    """A ``model: hybrid_network`` specification: ``edges``, the GLM nodes' ``families``, ``latent`` roots (then
+    fitted by EM) and the ridge penalty ``l2``."""
+    edges, families = edge_pairs(spec, "hybrid_network"), spec.get("families") or {}
+    if not isinstance(families, dict):
+        raise SpecError("'families' must map each GLM node to its family")
+    latent = spec.get("latent") or {}
+    check_latent_not_observed(list(latent), states)
+    with spec_errors("hybrid_network"):
+        model = HybridNetwork(edges, families, nodes=spec.get("variables", ()),
+                              states={k: [str(x) for x in v] for k, v in latent.items()}, l2=spec.get("l2", 0.0))
+    return model, "em" if latent else None

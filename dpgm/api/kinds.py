@@ -27,7 +27,7 @@ from typing import Any
 
 from dpgm.algorithms.result import FitResult
 
-__all__ = ["Kind", "Method", "kind_named", "kind_of", "kinds", "spec_names"]
+__all__ = ["Kind", "Method", "SpecForm", "kind_named", "kind_of", "kinds", "spec_forms", "spec_names"]
 
 # keyword arguments every fit function takes besides its options (dpgm.fit passes them): none, the client
 # and the progress travel in the fit's data source (dpgm.stats.source.DataSource)
@@ -77,6 +77,29 @@ class Method:
 
 
 @dataclass(frozen=True)
+class SpecForm:
+    """One ``model:`` name of a specification (:mod:`dpgm.spec`) and how it builds its model.
+
+    Attributes
+    ----------
+    keys
+        The structure keys of the specification (every other key is an option of :func:`dpgm.fit`).
+    build
+        ``build(spec, states, continuous) -> (model, method or None)``: ``states`` are the data's
+        categorical variables and their labels, ``continuous`` its continuous variables (None: not
+        known); the method is the one the specification implies (``"em"`` with latent variables), None
+        for the kind's default. Raises :class:`~dpgm.errors.SpecError` naming the key.
+    model_options
+        Keys that look like fit options but belong to the model (a GLM's ridge ``l2``): ``build`` reads
+        them and they are not passed to the fit.
+    """
+
+    keys: tuple[str, ...]
+    build: Callable[[dict, dict, list | None], tuple[Any, str | None]]
+    model_options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Kind:
     """The declaration of one model kind.
 
@@ -86,9 +109,9 @@ class Kind:
         The class name (checkpoint fingerprints, saved models and messages use it).
     model_class
         The model class; an instance of it (or of a subclass) is of this kind.
-    spec_names
-        The values of a specification's ``model:`` key that build this kind (each
-        mapped to the structure keys of that specification).
+    specs
+        The values of a specification's ``model:`` key that build this kind, each
+        mapped to its :class:`SpecForm` (structure keys and builder).
     methods
         Method name -> :class:`Method`.
     default_method
@@ -103,12 +126,17 @@ class Kind:
 
     name: str
     model_class: type
-    spec_names: Mapping[str, tuple[str, ...]]
+    specs: Mapping[str, SpecForm]
     methods: Mapping[str, Method]
     default_method: str
     structure: Callable[[Any], Any]
     predict_proba: Callable[..., tuple] | None = None
     predict: Callable[..., Any] | None = None
+
+    @property
+    def spec_names(self) -> dict[str, tuple[str, ...]]:
+        """Each specification name of this kind -> its structure keys."""
+        return {name: form.keys for name, form in self.specs.items()}
 
     @property
     def passes(self) -> frozenset[str]:
@@ -163,9 +191,14 @@ def kind_named(name: str) -> Kind:
     raise KeyError(name)
 
 
+def spec_forms() -> MappingProxyType:
+    """Every specification name -> its :class:`SpecForm`, in registry order."""
+    return MappingProxyType({n: form for kind in kinds() for n, form in kind.specs.items()})
+
+
 def spec_names() -> MappingProxyType:
     """Every specification name -> its structure keys, in registry order."""
-    return MappingProxyType({n: keys for kind in kinds() for n, keys in kind.spec_names.items()})
+    return MappingProxyType({n: form.keys for n, form in spec_forms().items()})
 
 
 # ---------------------------------------------------------------- the declarations
@@ -185,7 +218,12 @@ def _declarations() -> list[Kind]:
 
     from fsspec.mapping import FSMap
 
-    from dpgm.api.bayesian import fit_bayesian_network, fit_bayesian_network_em
+    from dpgm.api.bayesian import (
+        bayesian_network_from_spec,
+        fit_bayesian_network,
+        fit_bayesian_network_em,
+        latent_class_from_spec,
+    )
     from dpgm.api.checks import (
         Anything,
         InstanceOf,
@@ -196,15 +234,24 @@ def _declarations() -> list[Kind]:
         hidden_state_sizes,
         latent_sizes,
     )
-    from dpgm.api.gaussian import fit_gaussian, fit_linear_gaussian
-    from dpgm.api.glm import fit_glm
+    from dpgm.api.gaussian import (
+        fit_gaussian,
+        fit_linear_gaussian,
+        gaussian_graphical_from_spec,
+        linear_gaussian_from_spec,
+    )
+    from dpgm.api.glm import fit_glm, glm_from_spec
     from dpgm.api.glm_predict import glm_probabilities, predict
-    from dpgm.api.hmm import fit_hmm
-    from dpgm.api.hybrid import fit_hybrid
+    from dpgm.api.hmm import fit_hmm, hmm_from_spec
+    from dpgm.api.hybrid import fit_hybrid, hybrid_network_from_spec
     from dpgm.api.hybrid_em import fit_hybrid_em
-    from dpgm.api.log_linear import fit_log_linear
-    from dpgm.api.markov import fit_markov_network
-    from dpgm.api.mixture import component_posteriors, fit_gaussian_mixture
+    from dpgm.api.log_linear import fit_log_linear, log_linear_from_spec
+    from dpgm.api.markov import fit_markov_network, markov_network_from_spec
+    from dpgm.api.mixture import (
+        component_posteriors,
+        fit_gaussian_mixture,
+        gaussian_mixture_from_spec,
+    )
     from dpgm.api.predict import discrete_posteriors
     from dpgm.api.undirected_em import fit_undirected_em
     from dpgm.models.bayesian_network import BayesianNetwork
@@ -254,41 +301,49 @@ def _declarations() -> list[Kind]:
                             "precisions")
     return [
         Kind("BayesianNetwork", BayesianNetwork,
-             {"bayesian_network": ("model", "method", "edges", "network", "variables", "latent"),
-              "latent_class": ("model", "method", "n_classes", "observed", "variable")},
+             {"bayesian_network": SpecForm(("model", "method", "edges", "network", "variables", "latent"),
+                                           bayesian_network_from_spec),
+              "latent_class": SpecForm(("model", "method", "n_classes", "observed", "variable"),
+                                       latent_class_from_spec)},
              bayesian, "mle", _edges, predict_proba=discrete_posteriors),
-        Kind("MarkovNetwork", MarkovNetwork, {"markov_network": ("model", "method", "cliques")},
+        Kind("MarkovNetwork", MarkovNetwork, {"markov_network": SpecForm(("model", "method", "cliques"),
+                                                                      markov_network_from_spec)},
              {"ipf": table(fit_markov_network, stop | zeros | goodness | {"loglik_tol": Interval(float, 0.0)}),
               "closed_form": table(fit_markov_network, goodness, iterative=False),
               **{m: table(fit_markov_network, o) for m, o in weights.items()},
               "em": undirected_em("ipf")},
              "ipf", _scopes, predict_proba=discrete_posteriors),
-        Kind("LogLinearModel", LogLinearModel, {"log_linear": ("model", "method", "margins")},
+        Kind("LogLinearModel", LogLinearModel, {"log_linear": SpecForm(("model", "method", "margins"),
+                                                                   log_linear_from_spec)},
              {**{m: table(fit_log_linear, o) for m, o in weights.items()}, "em": undirected_em("gis")},
              "lbfgs", _scopes, predict_proba=discrete_posteriors),
-        Kind("HiddenMarkovModel", HiddenMarkovModel, {"hmm": ("model", "method", "n_states", "symbols", "variable")},
+        Kind("HiddenMarkovModel", HiddenMarkovModel, {"hmm": SpecForm(("model", "method", "n_states", "symbols", "variable"),
+                                                                           hmm_from_spec)},
              {"em": Method(fit_hmm, em, check_sizes=hidden_state_sizes)}, "em",
              lambda m: {"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states}),
         Kind("GaussianGraphicalModel", GaussianGraphicalModel,
-             {"gaussian_graphical": ("model", "method", "edges", "cliques", "variables")},
+             {"gaussian_graphical": SpecForm(("model", "method", "edges", "cliques", "variables"),
+                                             gaussian_graphical_from_spec)},
              gaussian_moments, "ipf",
              lambda m: {"variables": list(m.variables), "adjacency": m.adjacency.astype(int).tolist()}),
         Kind("LinearGaussianNetwork", LinearGaussianNetwork,
-             {"linear_gaussian": ("model", "method", "edges", "variables")},
+             {"linear_gaussian": SpecForm(("model", "method", "edges", "variables"), linear_gaussian_from_spec)},
              {"mle": table(fit_linear_gaussian, missing, iterative=False)}, "mle", _edges),
         Kind("GaussianMixture", GaussianMixture,
-             {"gaussian_mixture": ("model", "method", "n_components", "variables", "covariance_type")},
+             {"gaussian_mixture": SpecForm(("model", "method", "n_components", "variables", "covariance_type"),
+                                           gaussian_mixture_from_spec)},
              {"em": Method(fit_gaussian_mixture, em | {"init": mixture_init, "reg_covar": Interval(float, 0.0)},
                            check_sizes=component_sizes)},
              "em", lambda m: {"n_components": m.n_components, "covariance_type": m.covariance_type},
              predict_proba=component_posteriors),
-        # and l2, the model's ridge penalty (a structure key the specification takes out of the options)
-        Kind("GLMConditional", GLMConditional, {"glm": ("model", "method", "child", "parents", "family")},
+        Kind("GLMConditional", GLMConditional,
+             {"glm": SpecForm(("model", "method", "child", "parents", "family"), glm_from_spec, ("l2",))},
              {"irls": table(fit_glm, stop | missing)}, "irls",
              lambda m: {"child": m.child, "parents": list(m.parents), "family": m.family, "l2": m.l2},
              predict_proba=glm_probabilities, predict=predict),
         Kind("HybridNetwork", HybridNetwork,
-             {"hybrid_network": ("model", "method", "edges", "families", "variables", "latent")},
+             {"hybrid_network": SpecForm(("model", "method", "edges", "families", "variables", "latent"),
+                                         hybrid_network_from_spec, ("l2",))},
              {"mle": table(fit_hybrid, stop | missing), "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes)}, "mle",
              lambda m: {"edges": _edges(m), "families": m.families, "l2": m.l2},
              predict_proba=glm_probabilities, predict=predict),

@@ -16,6 +16,7 @@ from dpgm.api.checks import (
 )
 from dpgm.api.labels import align
 from dpgm.api.results import fit_result
+from dpgm.api.spec_checks import scopes_in_data
 from dpgm.models.log_linear import LogLinearModel
 from dpgm.stats.source import DataSource
 
@@ -46,3 +47,9 @@ def fit_log_linear(model: LogLinearModel, source: DataSource, method, *, tol, ma
     fitted = model.with_structural_zeros(zeros).with_weights(order, theta)
     return labels.restore(fit_result(fitted, method, loglik=run.loglik, converged=run.converged, n_iter=run.n_iter,
                                     n_rows=n, n_params=n_params, history=run.history, goodness=goodness))
+
+
+def log_linear_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                         ) -> tuple[LogLinearModel, None]:
+    """A ``model: log_linear`` specification: its ``margins``, each a list of categorical variables."""
+    return LogLinearModel.from_margins(scopes_in_data(spec, "margins", "log_linear", states), states), None

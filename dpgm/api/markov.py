@@ -16,6 +16,7 @@ from dpgm.api.checks import (
 )
 from dpgm.api.labels import align
 from dpgm.api.results import fit_result
+from dpgm.api.spec_checks import scopes_in_data
 from dpgm.inference.triangulation import build_tree
 from dpgm.models.log_linear import hierarchical_free_parameters
 from dpgm.models.markov import MarkovNetwork
@@ -87,3 +88,9 @@ def fit_markov_network(model: MarkovNetwork, source: DataSource, method, *, tol,
                 if saturated and joint else None)
     return order.restore(fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
                                     n_params=n_params, history=history, goodness=goodness))
+
+
+def markov_network_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                             ) -> tuple[MarkovNetwork, None]:
+    """A ``model: markov_network`` specification: its ``cliques``, each a list of categorical variables."""
+    return MarkovNetwork.from_cliques(scopes_in_data(spec, "cliques", "markov_network", states), states), None

@@ -16,7 +16,8 @@ from dpgm.algorithms.mixture import (
 )
 from dpgm.algorithms.result import FitResult
 from dpgm.api.em_control import em_result, maybe_persist, run_em, total_rows
-from dpgm.errors import DataError
+from dpgm.api.spec_checks import continuous_variables, spec_errors
+from dpgm.errors import DataError, SpecError
 from dpgm.models.mixture import GaussianMixture, full_covariances
 from dpgm.stats.source import DataSource
 
@@ -184,3 +185,21 @@ def component_posteriors(model: GaussianMixture, data, variable: str) -> tuple:
 
 def from_fitted(model: GaussianMixture) -> MixtureParameters:
     return MixtureParameters(model.weights.values, model.means.values, model.covariances.values)
+
+
+def gaussian_mixture_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None
+                               ) -> tuple[GaussianMixture, None]:
+    """A ``model: gaussian_mixture`` specification: ``n_components``, ``variables`` (default: every continuous
+    variable of the data) and ``covariance_type``."""
+    if "n_components" not in spec:
+        raise SpecError("a gaussian_mixture needs 'n_components' (an integer >= 1)")
+    variables = spec.get("variables")
+    if variables is None:
+        if continuous is None:
+            raise SpecError("a gaussian_mixture needs 'variables' (its continuous variables)")
+        variables = list(continuous)
+        if not variables:
+            raise SpecError(f"the data have no continuous variable for a gaussian_mixture; categorical: {sorted(states)}")
+    continuous_variables(list(variables), "gaussian_mixture", states, continuous)
+    with spec_errors("gaussian_mixture"):
+        return GaussianMixture(spec["n_components"], variables, spec.get("covariance_type", "full")), None

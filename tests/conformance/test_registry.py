@@ -182,6 +182,17 @@ def test_a_specification_builds_the_kind_and_method_the_registry_declares(spec_n
 
 
 @pytest.mark.parametrize("kind", kinds(), ids=[k.name for k in kinds()])
+def test_each_kind_builds_its_specifications_in_its_own_module(kind):
+    """One home per kind: the builder of each of its specification names is defined in a module that holds one
+    of the kind's fit functions, and ``dpgm.spec`` switches on no kind (it reads the registry)."""
+    homes = {method.function.__module__ for method in kind.methods.values()}
+    for name, form in kind.specs.items():
+        assert form.build.__module__ in homes, (name, form.build.__module__, homes)
+    source = inspect.getsource(__import__("dpgm.spec", fromlist=["_build"]))
+    assert not [n for n in spec_names() if f'"{n}"' in source.split('"""', 2)[2]], "dpgm.spec names a kind"
+
+
+@pytest.mark.parametrize("kind", kinds(), ids=[k.name for k in kinds()])
 def test_the_registry_declares_what_each_kind_can_do(kind):
     """Fingerprints are JSON-able for every kind; the passes a kind declares are those its entry points take."""
     import json
