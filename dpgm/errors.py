@@ -67,6 +67,28 @@ class TableTooLarge(ConfigError):
     """A table that cannot be allocated (e.g. a counts scope of 37 variables), refused before any pass."""
 
 
+class StoreUnreachable(ConnectionError):
+    """An object store (or any remote filesystem) that does not answer: no server at the endpoint, a refused
+    connection or a time-out (CLI exit 69: the service is unavailable; a retry may help)."""
+
+
+# the names of the connection failures of the remote filesystems' clients (botocore, aiohttp, requests, ...)
+CONNECTION_FAILURES = frozenset({"ConnectionError", "EndpointConnectionError", "ConnectTimeoutError",
+                                 "ClientConnectorError", "ServerTimeoutError", "ConnectTimeout"})
+
+
+def unreachable(error: BaseException | None) -> BaseException | None:
+    """The connection failure behind ``error`` (itself, its cause or context), if it is one."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ConnectionRefusedError | StoreUnreachable) or {
+                cls.__name__ for cls in type(error).__mro__} & CONNECTION_FAILURES:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 class CheckpointMismatch(ValueError):
     """A checkpoint written for other data or another model specification than the resumed run's.
 

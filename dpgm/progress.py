@@ -105,7 +105,9 @@ class LineHandler(logging.StreamHandler):
         try:
             from tqdm import tqdm
 
-            tqdm.write(self.format(record), file=self.stream)
+            # one write, its newline included: a signal's exception between two writes would glue the
+            # command's last "Error:" line to this one
+            tqdm.write(self.format(record) + "\n", file=self.stream, end="")
             self.flush()
         except Exception:
             self.handleError(record)
@@ -438,7 +440,7 @@ class FitProgress:
         if logger.isEnabledFor(level) and _logged_to_stderr(level):
             return  # a handler of the user's already prints it on stderr
         if self.display == "bar":
-            self._tqdm().write(message, file=sys.stderr)
+            self._tqdm().write(message + "\n", file=sys.stderr, end="")  # one write (see LineHandler)
         else:
             sys.stderr.write(f"{time.strftime(TIMESTAMP)} dpgm: {message}\n")
             sys.stderr.flush()

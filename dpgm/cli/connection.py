@@ -69,8 +69,13 @@ def _remember_storage_options(ctx: click.Context, param: click.Parameter, value:
     ctx.meta["dpgm.storage_options"] = options
 
 
-def storage_options() -> dict | None:
-    return click.get_current_context().meta.get("dpgm.storage_options")
+def storage_options(path: str | None = None) -> dict | None:
+    """The command's --storage-options (None outside a command); given the ``path`` they are for, None unless
+    it is a URL (they are options of fsspec's remote filesystems, not of a local path)."""
+    context = click.get_current_context(silent=True)
+    if context is None or (path is not None and not is_remote(str(path))):
+        return None
+    return context.meta.get("dpgm.storage_options")
 
 
 def checkpoint_location(path: str) -> object:

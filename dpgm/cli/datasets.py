@@ -52,7 +52,7 @@ def generate(network, out, rows, seed, missing, chunk_rows, overwrite, scheduler
             ds = sample_bayesian_network(
                 model, rows, out, seed=seed, missing=missing, chunk_rows=chunk_rows,
                 client=client, progress=progress(), mode="w" if overwrite else "w-",
-                storage_options=storage_options(),
+                storage_options=storage_options(out),
             )
             seconds = time.perf_counter() - start
     click.echo(f"wrote {ds.sizes['row']:,} rows x {len(ds.data_vars)} variables to {out} in {seconds:.1f} s")
@@ -127,7 +127,7 @@ def info(data, as_json) -> None:
 
     click.get_current_context().meta["dpgm.inputs"] = [data]
     with errors():
-        attrs = group_attributes(data, storage_options())
+        attrs = group_attributes(data, storage_options(data))
     if attrs is not None and "dpgm_model" in attrs:
         _model_info(data, attrs, as_json)
         return
@@ -135,10 +135,10 @@ def info(data, as_json) -> None:
     from dpgm.data.manifest import check_present
 
     with errors():
-        ds = open_dataset(data, storage_options=storage_options())
+        ds = open_dataset(data, storage_options=storage_options(data))
         schema = Schema.from_dataset(ds)
         # every chunk file the store's manifest records is there (a listing; `dpgm verify` reads them)
-        n_files = check_present(data, storage_options(), list(map(str, ds.variables)))
+        n_files = check_present(data, storage_options(data), list(map(str, ds.variables)))
     chunks = ds[next(iter(ds.data_vars))].chunks[0] if ds.data_vars else ()
     if as_json:
         click.echo(json.dumps({
@@ -172,7 +172,7 @@ def _model_info(path: str, attrs: dict, as_json: bool) -> None:
     from dpgm.models.store import load
 
     with errors():
-        model = load(path, storage_options=storage_options())
+        model = load(path, storage_options=storage_options(path))
         try:
             description = describe(model)
         except TypeError:  # a class taught by dpgm.models.saving.register: its kind is all we know
@@ -253,7 +253,7 @@ def counts(data, scopes, as_json, out, overwrite, scheduler, scheduler_file, wor
     check_output("--out", out, overwrite=overwrite, inputs=(data,))
     click.get_current_context().meta["dpgm.inputs"] = [data]
     with errors():
-        ds = open_dataset(data, storage_options=storage_options())
+        ds = open_dataset(data, storage_options=storage_options(data))
         schema = Schema.from_dataset(ds)
         checked = schema.check_scopes(parsed)
         check_table_sizes(checked, {v: schema[v].cardinality for s in checked for v in s})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
@@ -75,7 +76,15 @@ def main() -> None:
 
     handle_signals()
     warnings.showwarning = _show_warning
+    sys.unraisablehook = _unraisable
     finish(_run())
+
+
+def _unraisable(unraisable) -> None:
+    """Errors Python cannot raise (a remote filesystem's coroutine closed at exit after the failure the command
+    already reported): under ``-v`` only, never a traceback after the one ``Error:`` line."""
+    logger.debug("ignored in %r: %s: %s", unraisable.object, type(unraisable.exc_value).__name__,
+                 unraisable.exc_value)
 
 
 def _run() -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 import click
 
 from dpgm.cli.signals import Run, Terminated, interrupted, received
+from dpgm.errors import unreachable
 
 EX_NOT_CONVERGED = 3
 EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_SOFTWARE, EX_CONFIG = 65, 66, 69, 70, 78
@@ -44,7 +45,7 @@ def errors(checkpoint: str | None = None) -> Iterator[None]:
     """
     from dpgm.cluster import SchedulerUnreachable
     from dpgm.data.claim import OutputBusy
-    from dpgm.errors import ConfigError, DataError
+    from dpgm.errors import ConfigError, DataError, StoreUnreachable
     from dpgm.inference.triangulation import TreeTooLarge
     from dpgm.io.checkpoint import CheckpointMismatch
 
@@ -67,6 +68,8 @@ def errors(checkpoint: str | None = None) -> Iterator[None]:
         raise Failure(f"{_os_message(error)}; pass --overwrite to replace it", EX_CANTCREAT) from None
     except SchedulerUnreachable as error:
         raise Failure(_lost(error, checkpoint), EX_UNAVAILABLE) from None
+    except StoreUnreachable as error:
+        raise Failure(str(error), EX_UNAVAILABLE) from None
     except MemoryError as error:
         raise Failure(f"out of memory{f' ({error})' if str(error) else ''}: use smaller --chunk-rows, smaller "
                       "scopes or models, or workers with more memory", EX_SOFTWARE) from None
@@ -132,12 +135,21 @@ def _lost(error: BaseException, checkpoint: str | None) -> str:
     return f"the scheduler at {address} went away ({type(error).__name__}); rerun the command"
 
 
+def last_iteration(checkpoint: str) -> int | None:
+    """The iteration a --checkpoint's ``LATEST`` names (a folder or a URL read with --storage-options), None if
+    it holds none or cannot be read now."""
+    from dpgm.cli.connection import checkpoint_location
+    from dpgm.io.checkpoint import latest_iteration
+
+    try:
+        return latest_iteration(checkpoint_location(checkpoint))
+    except Exception:  # an unreachable store while reporting another failure: say nothing of it
+        return None
+
+
 def _last_iteration(checkpoint: str) -> str:
-    latest = Path(checkpoint) / "LATEST"
-    if latest.exists():
-        name = latest.read_text().split("\n", 1)[0].strip()  # LATEST: the iteration's name, then its digest
-        return f"iteration {int(name.rsplit('-', 1)[-1])}" if name.rsplit("-", 1)[-1].isdigit() else name
-    return "no iteration yet"
+    iteration = last_iteration(checkpoint)
+    return "no iteration yet" if iteration is None else f"iteration {iteration}"
 
 
 def _other_failure(error: BaseException, checkpoint: str | None) -> tuple[str, int]:
@@ -147,6 +159,9 @@ def _other_failure(error: BaseException, checkpoint: str | None) -> tuple[str, i
 
     if _scheduler_lost(error):
         return _lost(error, checkpoint), EX_UNAVAILABLE
+    if (failure := unreachable(error)) is not None:
+        return f"cannot reach a remote store: {type(failure).__name__}: {' '.join(str(failure).split())}", \
+            EX_UNAVAILABLE
     if type(error).__name__ == "KilledWorker":
         return (f"a task killed the workers that ran it ({error}); out of memory? use smaller --chunk-rows "
                 "or workers with more memory", EX_SOFTWARE)

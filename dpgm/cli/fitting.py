@@ -25,6 +25,7 @@ from dpgm.cli.outputs import (
     check_output,
     check_plot,
     claimed,
+    is_remote,
     save_model,
     save_plot,
     write_text_atomically,
@@ -71,12 +72,12 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
     check_plot(plot_path, overwrite, inputs=(data, spec))
     check_output("--performance-report", performance_report, overwrite=overwrite, inputs=(data, spec))
     check_output("--checkpoint", checkpoint, folder=True, inputs=(data, spec))
-    if checkpoint and not resume and not overwrite and (Path(checkpoint) / "LATEST").exists():
-        raise Failure(f"--checkpoint {checkpoint!r} holds the checkpoint of an earlier run: pass --resume to "
-                      "continue it, or --overwrite to start afresh", EX_CANTCREAT)
     click.get_current_context().meta["dpgm.inputs"] = [data]
     with errors(checkpoint):
-        ds = open_dataset(data, storage_options=storage_options())
+        if checkpoint and not resume and not overwrite and _holds_iteration(checkpoint):
+            raise Failure(f"--checkpoint {checkpoint!r} holds the checkpoint of an earlier run: pass --resume to "
+                          "continue it, or --overwrite to start afresh", EX_CANTCREAT)
+        ds = open_dataset(data, storage_options=storage_options(data))
         parsed = read_spec(spec)
         try:
             parsed, ds = drop_variables(parsed, ds, drop)
@@ -144,7 +145,16 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
     click.get_current_context().meta["dpgm.inputs"] = [model_path, data]
     with errors():
         model = load(model_path)
-        ds = open_dataset(data, storage_options=storage_options())
+        ds = open_dataset(data, storage_options=storage_options(data))
         with claimed("DATA", data, folder=True), cluster(scheduler, scheduler_file, workers) as client:
             result = predict_proba(model, ds, variable, write=True, name=name, client=client, progress=progress())
     click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")
+
+
+def _holds_iteration(checkpoint: str) -> bool:
+    """Whether the --checkpoint folder or URL names a complete iteration (its ``LATEST``), read through fsspec
+    with --storage-options: an unreachable store fails here, before any work."""
+    from dpgm.io.checkpoint import latest_iteration
+
+    return latest_iteration(checkpoint_location(checkpoint)) is not None or (
+        not is_remote(checkpoint) and (Path(checkpoint) / "LATEST").exists())

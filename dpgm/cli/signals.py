@@ -283,7 +283,7 @@ def _listed(path: Path) -> list[str]:
 def interrupted(error: BaseException) -> Failure:
     """The one line of an interrupted command: 75 with a checkpoint to resume, else 128 + the signal
     (130 SIGINT, 143 SIGTERM), naming what was written before the signal."""
-    from dpgm.cli.failures import EX_TEMPFAIL, Failure, _last_iteration
+    from dpgm.cli.failures import EX_TEMPFAIL, Failure, last_iteration
 
     _SIGNAL.handled = True
     signum = int(getattr(error, "signum", None) or _SIGNAL.signum or signal.SIGINT)
@@ -293,7 +293,8 @@ def interrupted(error: BaseException) -> Failure:
     checkpoint = run.checkpoint if run is not None else None
     if written:
         return Failure(f"interrupted by {name} after writing {', '.join(written)}", 128 + signum)
-    if checkpoint and (Path(checkpoint) / "LATEST").exists():
-        return Failure(f"interrupted by {name}; the checkpoint {checkpoint!r} holds "
-                       f"{_last_iteration(checkpoint)}: rerun with --resume", EX_TEMPFAIL)
+    iteration = last_iteration(checkpoint) if checkpoint else None
+    if iteration is not None:
+        return Failure(f"interrupted by {name}; the checkpoint {checkpoint!r} holds iteration {iteration}: rerun "
+                       "with --resume", EX_TEMPFAIL)
     return Failure(f"interrupted by {name}; no output was written", 128 + signum)

@@ -38,7 +38,7 @@ def verify(store, as_json, scheduler, scheduler_file, workers) -> None:
 
     click.get_current_context().meta["dpgm.inputs"] = [store]
     with errors():
-        checks = plan(store, storage_options())
+        checks = plan(store, storage_options(store))
         report = checks.report
         if checks.blocks:
             with cluster(scheduler, scheduler_file, workers, quiet=as_json) as client:

@@ -37,7 +37,7 @@ from dpgm.data.manifest import (
 from dpgm.data.manifest_store import open_store
 from dpgm.data.names import check_columns, check_variables, pandas_rename
 from dpgm.data.schema import ROW, SCHEMA_VERSION, WEIGHT, Schema, smallest_code_dtype, state_attrs
-from dpgm.errors import DataError, DpgmWarning
+from dpgm.errors import DataError, DpgmWarning, StoreUnreachable, unreachable
 
 __all__ = [
     "add_variables",
@@ -117,6 +117,8 @@ def open_dataset(
     except FileNotFoundError:
         raise
     except Exception as error:  # unreadable metadata (truncated, not JSON, not Zarr v3)
+        if (failure := unreachable(error)) is not None:
+            raise StoreUnreachable(f"cannot reach the store of {path!r}: {_one_line(failure)}") from None
         raise DataError(f"cannot open {path!r} as a Zarr dataset: {_one_line(error)}") from None
     finally:
         context.__exit__(None, None, None)

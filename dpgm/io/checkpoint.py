@@ -5,23 +5,24 @@ writes each :class:`~dpgm.algorithms.em.LoopSnapshot` it hands over with :func:`
 and gives it back what :func:`read_checkpoint` reads as a :class:`~dpgm.algorithms.em.SavedLoop`.
 
 A checkpoint folder holds one folder per saved iteration (``iteration-000007``)
-and a ``LATEST`` file naming the newest complete one. An iteration folder holds:
+and a ``LATEST`` file naming the newest complete one. An iteration folder holds two files:
 
-* ``state.json``: the history and status of every restart, the loop's state (a
-  :mod:`dpgm.io.snapshot` structure), the SHA-256 digest of every other
-  file of the iteration, and its own digest (``"sha256"``, of the rest of the
-  file in canonical JSON);
-* ``arrays.npz``: the arrays of the loop's state (parameters, SQUAREM's vectors),
-  so a resume continues from exactly the numbers the run stopped at;
-* ``fingerprint.json``: what the run fits (see below);
-* ``model-0.zarr``, ``model-1.zarr``, ...: each restart's best model so far, as
-  labelled tables (for people; a resume reads the arrays).
+* ``arrays.npz``: the arrays of the loop's state (parameters, SQUAREM's vectors)
+  and of each restart's best model so far, so a resume continues from exactly
+  the numbers the run stopped at;
+* ``state.json``: the history and status of every restart, the structure of the
+  loop's state and models (a :mod:`dpgm.io.snapshot` structure), the run's
+  fingerprint (below), the SHA-256 digest of ``arrays.npz``, and its own digest
+  (``"sha256"``, of the rest of the file in canonical JSON).
 
 ``LATEST`` holds two lines: the iteration folder's name and ``sha256:`` with the
 digest of its ``state.json``. Every file is written under a temporary name and
 renamed (one PUT on an object store), ``LATEST`` last, only after the iteration
 is complete, so a run killed at any moment leaves the previous iteration readable.
-Older iterations are removed once a newer one is complete.
+The older iteration is removed once a newer one is complete. An iteration costs
+three writes whatever the model (about ten requests on an object store, against
+some 600 when each restart's model was a Zarr group of its own: format 2, still
+read).
 
 On resume every link is checked: ``LATEST`` must name an iteration folder of this
 checkpoint and carry the digest of its ``state.json``, which must be valid JSON
@@ -65,7 +66,8 @@ __all__ = ["CheckpointDamaged", "CheckpointMismatch", "CheckpointWriteError", "c
 
 FINGERPRINT = "FINGERPRINT.json"
 LATEST, STATE, ARRAYS = "LATEST", "state.json", "arrays.npz"
-FORMAT = 2
+FORMAT = 3
+FORMATS = (2, 3)  # format 2: fingerprint.json and model-<i>.zarr beside the arrays (still read)
 _ITERATION = re.compile(r"iteration-(\d{6,})")
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 # errors of the device written to, not of the path: reported as I/O errors (exit 74), the iteration before kept
@@ -157,6 +159,14 @@ class _Folder:
     def write_text(self, text: str, *parts: str) -> None:
         self.write_bytes(text.encode(), *parts)
 
+    def children(self) -> set[str]:
+        """The names directly under the folder, listed afresh (none if it does not exist)."""
+        try:
+            listed = self.fs.ls(self.root, detail=False, refresh=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return set()
+        return {str(p).rstrip("/").rsplit("/", 1)[-1] for p in listed}
+
     def remove(self, *parts: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self.path(*parts), recursive=True)
@@ -201,30 +211,22 @@ def write_checkpoint(folder: Location, iteration: int, models: list[Any], state:
     name = f"iteration-{iteration:06d}"
     writing = where.path(name)
     try:
-        where.fs.makedirs(where.root, exist_ok=True)
-        if _latest_name(where) == name:  # an earlier run's iteration of the same number: never half-replaced
-            where.remove(LATEST)
-        where.remove(name)
-        where.fs.makedirs(where.path(name), exist_ok=True)
-        files = {}
-        structure, arrays = encode(loop)
+        present = where.children()
+        if name in present:  # an earlier run's iteration of the same number: never half-replaced
+            if _latest_name(where) == name:
+                where.remove(LATEST)
+            where.remove(name)
+        if where.local:
+            where.fs.makedirs(where.path(name), exist_ok=True)
+        structure, arrays = encode({"loop": loop, "models": list(models)})
         buffer = io.BytesIO()
         np.savez(buffer, **{f"a{i}": a for i, a in enumerate(arrays)})
         writing = where.path(name, ARRAYS)
         where.write_bytes(buffer.getvalue(), name, ARRAYS)
-        files[ARRAYS] = _sha256(buffer.getvalue())
-        if where.exists(FINGERPRINT):
-            fingerprint = where.read_bytes(FINGERPRINT)
-            writing = where.path(name, "fingerprint.json")
-            where.write_bytes(fingerprint, name, "fingerprint.json")
-            files["fingerprint.json"] = _sha256(fingerprint)
-        from dpgm.models.store import save
-
-        for i, model in enumerate(models):
-            writing = where.path(name, f"model-{i}.zarr")
-            save(model, where.url(writing), mode="w", storage_options=None if where.local else where.fs.storage_options)
         payload = dict(state) | {"format": FORMAT, "iteration": iteration, "n_models": len(models),
-                                 "loop": structure, "files": files}
+                                 "loop": structure, "files": {ARRAYS: _sha256(buffer.getvalue())}}
+        if FINGERPRINT in present:
+            payload["fingerprint"] = json.loads(where.read_bytes(FINGERPRINT))
         payload["sha256"] = _sha256(_canonical(payload))
         text = _canonical(payload)
         writing = where.path(name, STATE)
@@ -244,10 +246,10 @@ def write_checkpoint(folder: Location, iteration: int, models: list[Any], state:
         raise CheckpointWriteError(device.errno, f"{device.strerror or os.strerror(device.errno)} while writing "
                                    f"the checkpoint {where.name!r} ({kept}; free space, then rerun with "
                                    "--resume)", path) from error
-    for old in where.fs.glob(where.path("iteration-*")):
-        if old.rstrip("/").rsplit("/", 1)[-1] != name:
+    for old in present:
+        if _ITERATION.fullmatch(old) and old != name:
             with contextlib.suppress(OSError):
-                where.fs.rm(old, recursive=True)
+                where.fs.rm(where.path(old), recursive=True)
     return where.url(where.path(name))
 
 
@@ -297,7 +299,7 @@ def _verified_state(where: _Folder) -> tuple[str, dict[str, Any]]:
         raise CheckpointDamaged(path, "does not match its own digest: it was edited")
     if _sha256(data) != digest.group(1):
         raise CheckpointDamaged(path, f"is not the file {LATEST} vouches for (its digest differs): it was replaced")
-    if state.get("format") != FORMAT or state.get("iteration") != int(name.split("-")[1]):
+    if state.get("format") not in FORMATS or state.get("iteration") != int(name.split("-")[1]):
         raise CheckpointDamaged(path, f"describes iteration {state.get('iteration')!r} of format "
                                       f"{state.get('format')!r}, not {name!r} of format {FORMAT}")
     return name, state
@@ -340,17 +342,22 @@ def read_checkpoint(folder: Location, *, models: bool = True) -> tuple[int, list
             raise
         raise CheckpointDamaged(arrays_path, f"cannot be read ({error})") from None
     try:
-        state["loop"] = decode(state.get("loop"), arrays)
+        tree = decode(state.get("loop"), arrays)
     except SnapshotError as error:
         raise CheckpointDamaged(where.url(where.path(name, STATE)), f"describes a state dpgm cannot rebuild "
                                                                    f"({error})") from None
-    loaded = []
-    if models:
-        from dpgm.models.store import load
+    if state["format"] == 2:
+        state["loop"], loaded = tree, []
+        if models:
+            from dpgm.models.store import load
 
-        loaded = [load(where.url(where.path(name, f"model-{i}.zarr")),
-                       storage_options=None if where.local else where.fs.storage_options)
-                  for i in range(int(state["n_models"]))]
+            loaded = [load(where.url(where.path(name, f"model-{i}.zarr")),
+                           storage_options=None if where.local else where.fs.storage_options)
+                      for i in range(int(state["n_models"]))]
+    else:
+        if not isinstance(tree, dict) or set(tree) != {"loop", "models"}:
+            raise CheckpointDamaged(where.url(where.path(name, STATE)), "describes no loop state and models")
+        state["loop"], loaded = tree["loop"], list(tree["models"]) if models else []
     return int(state["iteration"]), loaded, state
 
 
@@ -391,7 +398,7 @@ def check_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> bool:
     FileNotFoundError
         No complete checkpoint in the folder.
     CheckpointDamaged
-        ``LATEST``, ``state.json`` or ``fingerprint.json`` is not what dpgm wrote (named).
+        ``LATEST`` or ``state.json`` is not what dpgm wrote (named).
     CheckpointMismatch
         A part differs, naming the checkpoint, the part and the first differing key.
         Only parts both describe are compared (``dpgm.fit`` from Python checks the
@@ -399,9 +406,14 @@ def check_fingerprint(folder: Location, fingerprint: dict[str, Any]) -> bool:
     """
     where = _Folder(folder)
     name, state = _verified_state(where)
-    if "fingerprint.json" not in (state.get("files") or {}):
+    if state["format"] == 2:
+        if "fingerprint.json" not in (state.get("files") or {}):
+            return False
+        stored = json.loads(_verified_bytes(where, name, state, "fingerprint.json"))
+    elif not isinstance(state.get("fingerprint"), dict):
         return False
-    stored = json.loads(_verified_bytes(where, name, state, "fingerprint.json"))
+    else:
+        stored = state["fingerprint"]
     fingerprint = json.loads(json.dumps(fingerprint))  # tuples -> lists, as stored
     for part in [p for p in fingerprint if p in stored]:
         was, now = stored.get(part), fingerprint.get(part)

@@ -84,8 +84,18 @@ def encode(value: Any) -> tuple[Any, list[np.ndarray]]:
 def _walk_table(table: Any, walk) -> dict:
     """A labelled table (DataArray): its values, dims and each dimension's labels."""
     return {"values": walk(np.asarray(table.values)), "dims": [str(d) for d in table.dims],
-            "coords": {str(d): walk(np.asarray(table.coords[d].values)) for d in table.dims if d in table.coords},
+            "coords": {str(d): _walk_labels(np.asarray(table.coords[d].values), walk)
+                       for d in table.dims if d in table.coords},
             "name": table.name if isinstance(table.name, str) else None}
+
+
+def _walk_labels(labels: np.ndarray, walk) -> Any:
+    """A dimension's labels: an array, or (object dtype: Python strings and integers) the list itself."""
+    if not labels.dtype.hasobject:
+        return walk(labels)
+    if not all(isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)) for v in labels.tolist()):
+        raise TypeError("cannot snapshot labels other than strings and integers")
+    return {"labels": labels.tolist()}
 
 
 def decode(structure: Any, arrays: list[np.ndarray] | dict[str, np.ndarray]) -> Any:
@@ -170,7 +180,8 @@ def _model(node: dict, walk) -> Any:
         raise SnapshotError(f"unknown model kind {node['model']!r}")
     tables = {}
     for key, table in node["tables"].items():
-        coords = {d: walk(c) for d, c in table["coords"].items()}
+        coords = {d: np.array(c["labels"], dtype=object) if isinstance(c, dict) and "labels" in c else walk(c)
+                  for d, c in table["coords"].items()}
         tables[key] = xr.DataArray(walk(table["values"]), dims=table["dims"], coords=coords, name=table["name"])
     return builders[node["model"]](tables, walk(node["attrs"]))
 

@@ -410,19 +410,8 @@ def _model_save(tmp_path, client):
     return tmp_path / "m.zarr"
 
 
-def _checkpoint(tmp_path, client):
-    truth = dpgm.load_network("asia")
-    data = dpgm.sample_bayesian_network(truth, 1000, None, seed=0, missing=0.1)
-    structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-        dpgm.fit(structure, data, method="em", max_iter=2, random_state=0, checkpoint=tmp_path / "ckpt")
-    name = (tmp_path / "ckpt" / "LATEST").read_text().split("\n", 1)[0].strip()  # its first line: the iteration
-    return tmp_path / "ckpt" / name / "model-0.zarr"
-
-
 WRITERS = [_write_dataset, _write_dataset_lazily, _convert, _convert_parquet_blocks, _generate, _add_variables,
-           _predict_write, _model_save, _checkpoint]
+           _predict_write, _model_save]
 
 
 @pytest.mark.parametrize("writer", WRITERS, ids=[w.__name__.strip("_") for w in WRITERS])
