@@ -162,13 +162,13 @@ class LogLinearModel:
         ValueError
             The labels given for a variable are not a permutation of its states.
         """
-        from dpgm.models.state_order import changed_orders, reorder_table
+        from dpgm.models.state_order import reorder_tables
 
-        wanted = changed_orders(self.states, states)
-        if wanted is None:
+        reordered = reorder_tables(self.states, states, self.features, self.structural_zeros)
+        if reordered is None:
             return self
-        zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
-        model = LogLinearModel({n: reorder_table(t, wanted) for n, t in self.features.items()}, self.weights, zeros)
+        features, zeros = reordered
+        model = LogLinearModel(features, self.weights, zeros)
         model.margins = self.margins
         return model
 

@@ -118,13 +118,10 @@ class MarkovNetwork:
         ValueError
             The labels given for a variable are not a permutation of its states.
         """
-        from dpgm.models.state_order import changed_orders, reorder_table
+        from dpgm.models.state_order import reorder_tables
 
-        wanted = changed_orders(self.states, states)
-        if wanted is None:
-            return self
-        zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
-        return MarkovNetwork({s: reorder_table(t, wanted) for s, t in self.potentials.items()}, zeros)
+        reordered = reorder_tables(self.states, states, self.potentials, self.structural_zeros)
+        return self if reordered is None else MarkovNetwork(*reordered)
 
     def _copy(self, potentials: dict, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
         """A copy with checked potentials (axes in scope order) and a checked zero pattern."""
