@@ -159,18 +159,13 @@ class MarkovNetwork:
     def summary(self, digits: int = 6) -> str:
         """Every potential as text (one column per state of the scope's last variable), then the structural
         zeros (1 = cell fixed at zero), ``digits`` significant digits."""
-        from dpgm.models.summary import labelled_block, render
+        from dpgm.models.summary import labelled_block, render, zeros_blocks
 
         header = (f"MarkovNetwork: {len(self.variables)} variables, {len(self.potentials)} potentials, "
                   f"{self.n_free_parameters()} free parameters")
         blocks = [labelled_block(f"potential on ({', '.join(scope)})", table, digits=digits)
                   for scope, table in self.potentials.items()]
-        if self.structural_zeros is not None:
-            zeros = self.structural_zeros
-            blocks.append(labelled_block(f"structural zeros on ({', '.join(map(str, zeros.dims))}): "
-                                         f"{int(zeros.sum())} cells fixed at zero", zeros.astype(float),
-                                         digits=digits))
-        return render(header, blocks)
+        return render(header, blocks + zeros_blocks(self.structural_zeros, digits))
 
     def __repr__(self) -> str:
         zeros = "" if self.structural_zeros is None else f", {int(self.structural_zeros.sum())} structural zeros"
