@@ -49,6 +49,7 @@ import numpy as np  # noqa: E402
 import dpgm  # noqa: E402
 from dpgm.inference import BatchedTree  # noqa: E402
 from dpgm.inference.triangulation import build_tree  # noqa: E402
+from dpgm.testing import observe_at_random  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 NETWORK, OBSERVED = "alarm", 10
@@ -63,12 +64,7 @@ def _evidence_codes(model, n: int, seed: int) -> np.ndarray:
     """(n, 37) codes: a forward sample with all but OBSERVED random variables per row set to -1."""
     data = dpgm.sample_bayesian_network(model, n, None, seed=seed)
     codes = np.stack([data[v].values for v in model.variables], axis=1).astype(np.int64)
-    rng = np.random.default_rng(seed + 1000)
-    keep = np.argpartition(rng.random(codes.shape), OBSERVED, axis=1)[:, :OBSERVED]
-    mask = np.zeros(codes.shape, dtype=bool)
-    np.put_along_axis(mask, keep, True, axis=1)
-    codes[~mask] = -1
-    return codes
+    return observe_at_random(codes, OBSERVED, np.random.default_rng(seed + 1000))
 
 
 def _tree(model) -> BatchedTree:
