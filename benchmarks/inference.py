@@ -39,7 +39,6 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
     os.environ[_name] = "1"
 
 import argparse  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
 import platform  # noqa: E402
@@ -52,6 +51,7 @@ import numpy as np  # noqa: E402
 
 import dpgm  # noqa: E402
 from dpgm.inference import JunctionTree, propagation, pruning  # noqa: E402
+from dpgm.testing import forward_sample, observe_at_random  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -65,48 +65,10 @@ def _timed(run, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def _sample(model, rows: int, rng: np.random.Generator) -> np.ndarray:
-    """Forward samples, codes (rows, n_variables) in model.variables order."""
-    index = {v: j for j, v in enumerate(model.variables)}
-    codes = np.zeros((rows, len(model.variables)), dtype=np.int64)
-    for v in model.variables:
-        table = model.cpds[v].values
-        parents = model.parents(v)
-        flat = table.reshape(table.shape[0], -1)
-        column = np.zeros(rows, dtype=np.int64)
-        for p in parents:
-            column = column * model.cardinality(p) + codes[:, index[p]]
-        cumulative = np.cumsum(flat[:, column], axis=0)
-        codes[:, index[v]] = np.minimum((rng.random(rows) > cumulative).sum(axis=0), table.shape[0] - 1)
-    return codes
-
-
-def _hide(codes: np.ndarray, observed: int, rng: np.random.Generator) -> np.ndarray:
-    keep = np.argsort(rng.random(codes.shape), axis=1) < observed
-    return np.where(keep, codes, -1)
-
-
-def _pyagrum_network(model):
-    import pyagrum as gum
-
-    bn = gum.BayesNet()
-    for v in model.variables:
-        bn.add(gum.LabelizedVariable(v, v, list(model.states[v])))
-    for parent, child in model.edges:
-        bn.addArc(parent, child)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        for config in itertools.product(*(range(model.cardinality(p)) for p in parents)):
-            where = {p: model.states[p][k] for p, k in zip(parents, config, strict=True)}
-            bn.cpt(v)[where] = table.values[(slice(None), *config)].tolist()
-    return bn
-
-
 def _pyagrum(model, codes: np.ndarray, posteriors: dict, budget: float) -> dict:
     import pyagrum as gum
 
-    engine = gum.LazyPropagation(_pyagrum_network(model))
+    engine = gum.LazyPropagation(model.to_pyagrum())
     variables = list(model.variables)
     worst, done = 0.0, 0
     start = time.perf_counter()
@@ -129,7 +91,7 @@ def network_rows(name: str, rows: int, peer_rows: int, peer_budget: float, rng: 
     tree = JunctionTree(model)
     compile_s = time.perf_counter() - start
     observed = max(1, min(10, len(model.variables) // 3))
-    codes = _hide(_sample(model, rows, rng), observed, rng)
+    codes = observe_at_random(forward_sample(model, rows, rng), observed, rng)
     variables = list(model.variables)
     tree.posteriors(codes[:2], variables)
     tree.expected_counts(codes[:2], variables)
@@ -184,7 +146,7 @@ def patterns(sizes: list[int], rng: np.random.Generator) -> list[dict]:
     columns = [model.variables.index(v) for v in chosen]
     out = []
     for rows in sizes:
-        codes = _sample(model, rows, rng)[:, columns]
+        codes = forward_sample(model, rows, rng)[:, columns]
         codes = np.where(rng.random(codes.shape) < 0.1, -1, codes)
         tree.expected_counts(codes[:2], chosen)
         seconds = _timed(lambda codes=codes: tree.expected_counts(codes, chosen))
@@ -197,20 +159,9 @@ def patterns(sizes: list[int], rng: np.random.Generator) -> list[dict]:
 
 def _pgmpy_rate(model, codes: np.ndarray, posteriors: dict, rows: int) -> dict:
     """pgmpy VariableElimination, one query per unobserved variable, one row at a time."""
-    from pgmpy.factors.discrete import TabularCPD
     from pgmpy.inference import VariableElimination
-    from pgmpy.models import DiscreteBayesianNetwork
 
-    network = DiscreteBayesianNetwork(model.edges)
-    network.add_nodes_from(model.variables)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        network.add_cpds(TabularCPD(
-            v, model.cardinality(v), table.values.reshape(model.cardinality(v), -1),
-            evidence=parents or None, evidence_card=[model.cardinality(p) for p in parents] or None,
-            state_names={d: list(model.states[d]) for d in table.dims}))
-    engine = VariableElimination(network)
+    engine = VariableElimination(model.to_pgmpy())
     variables = list(model.variables)
     worst = 0.0
     start = time.perf_counter()
@@ -231,7 +182,7 @@ def alarm_sweep(sizes: list[int], pgmpy_rows: int, rng: np.random.Generator) -> 
     model = dpgm.load_network("alarm")
     tree = JunctionTree(model)
     variables = list(model.variables)
-    codes = _hide(_sample(model, max(sizes), rng), 10, rng)
+    codes = observe_at_random(forward_sample(model, max(sizes), rng), 10, rng)
     tree.posteriors(codes[:2], variables)
     tree.expected_counts(codes[:2], variables)
     out = []

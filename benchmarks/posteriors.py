@@ -20,8 +20,9 @@ posterior marginal of every variable (observed ones come back as indicators).
   single pass also calls ``evidenceProbability``, which costs about a third more, and is
   reported separately).
 
-pgmpy and pyAgrum models are built from dpgm's (renormalized) CPD arrays, so all three
-use the same doubles (pyAgrum's BIF reader is single precision). Agreement = max abs
+pgmpy and pyAgrum models are converted from dpgm's (renormalized) CPD arrays
+(``BayesianNetwork.to_pgmpy`` / ``to_pyagrum``), so all three use the same doubles
+(pyAgrum's BIF reader is single precision). Agreement = max abs
 difference of the posteriors on the peer's rows (and of log P(e) against pyAgrum's
 ``evidenceProbability``). Timings are medians of 3 (B <= 1e6), after a warm-up call that
 compiles dpgm's numba kernels; BLAS/numba threads are
@@ -48,6 +49,7 @@ import numpy as np  # noqa: E402
 import dpgm  # noqa: E402
 from dpgm.inference import BatchedTree  # noqa: E402
 from dpgm.inference.triangulation import build_tree  # noqa: E402
+from dpgm.testing import observe_at_random  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 NETWORK, OBSERVED = "alarm", 10
@@ -62,12 +64,7 @@ def _evidence_codes(model, n: int, seed: int) -> np.ndarray:
     """(n, 37) codes: a forward sample with all but OBSERVED random variables per row set to -1."""
     data = dpgm.sample_bayesian_network(model, n, None, seed=seed)
     codes = np.stack([data[v].values for v in model.variables], axis=1).astype(np.int64)
-    rng = np.random.default_rng(seed + 1000)
-    keep = np.argpartition(rng.random(codes.shape), OBSERVED, axis=1)[:, :OBSERVED]
-    mask = np.zeros(codes.shape, dtype=bool)
-    np.put_along_axis(mask, keep, True, axis=1)
-    codes[~mask] = -1
-    return codes
+    return observe_at_random(codes, OBSERVED, np.random.default_rng(seed + 1000))
 
 
 def _tree(model) -> BatchedTree:
@@ -75,45 +72,10 @@ def _tree(model) -> BatchedTree:
                        [(model.cpds[v].dims, model.cpds[v].values) for v in model.variables])
 
 
-def _pgmpy_network(model):
-    """The same network in pgmpy, from dpgm's tables (as in tests/inference/test_exact.py)."""
-    from pgmpy.factors.discrete import TabularCPD
-    from pgmpy.models import DiscreteBayesianNetwork
-
-    network = DiscreteBayesianNetwork(model.edges)
-    network.add_nodes_from(model.variables)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        network.add_cpds(TabularCPD(
-            v, model.cardinality(v), table.values.reshape(model.cardinality(v), -1),
-            evidence=parents or None, evidence_card=[model.cardinality(p) for p in parents] or None,
-            state_names={d: list(model.states[d]) for d in table.dims}))
-    return network
-
-
-def _pyagrum_network(model):
-    """The same network in pyAgrum, filled from dpgm's double-precision arrays."""
-    import pyagrum as gum
-
-    bn = gum.BayesNet(NETWORK)
-    for v in model.variables:
-        bn.add(gum.LabelizedVariable(v, v, list(model.states[v])))
-    for parent, child in model.edges:
-        bn.addArc(parent, child)
-    for v in model.variables:
-        table = model.cpds[v]
-        cpt = bn.cpt(v)
-        order = list(reversed(cpt.names))  # toarray()/fillWith use the reversed variable order
-        values = np.transpose(table.values, [list(table.dims).index(d) for d in order])
-        cpt.fillWith(np.ascontiguousarray(values).ravel().tolist())
-    return bn
-
-
 def _pgmpy(model, codes: np.ndarray, marginals: dict, repeats: int) -> dict:
     from pgmpy.inference import VariableElimination
 
-    engine = VariableElimination(_pgmpy_network(model))
+    engine = VariableElimination(model.to_pgmpy())
     variables = model.variables
 
     def run():
@@ -140,7 +102,7 @@ def _pyagrum(model, codes: np.ndarray, log_evidence: np.ndarray, marginals: dict
              repeats: int) -> dict:
     import pyagrum as gum
 
-    bn = _pyagrum_network(model)
+    bn = model.to_pyagrum()
     engine = gum.LazyPropagation(bn)
     variables = model.variables
 

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for random small discrete models (shared by the inference tests)."""
+"""Hypothesis strategies for random small discrete models, and binary grids with their transfer-matrix
+oracle (shared by the inference tests)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,43 @@ def random_codes(rng: np.random.Generator, model, variables, rows: int) -> np.nd
     """Codes for ``variables``, each entry missing (-1) with probability 1/3."""
     codes = np.stack([rng.integers(0, len(model.states[v]), rows) for v in variables], axis=1)
     return np.where(rng.random(codes.shape) < 1 / 3, -1, codes)
+
+
+def grid_tables(rng: np.random.Generator, rows: int, columns: int, zeros: float
+                ) -> tuple[dict[tuple[int, int], np.ndarray], dict[tuple[int, int], np.ndarray]]:
+    """Random 2 x 2 tables on the edges of a ``rows`` x ``columns`` grid of binary variables.
+
+    ``vertical[(i, j)]`` joins rows ``i`` and ``i + 1`` of column ``j``; ``horizontal[(i, j)]`` joins
+    columns ``j`` and ``j + 1`` of row ``i``. Entries go down to 1e-300, a share ``zeros`` of them
+    is exactly zero, and each table's cell (0, 0) is at least 1e-3.
+    """
+
+    def table():
+        values = rng.random((2, 2)) * np.where(rng.random((2, 2)) < 0.3, 1e-300, 1.0)
+        values[rng.random((2, 2)) < zeros] = 0.0
+        values[0, 0] = max(values[0, 0], 1e-3)  # keep every table from vanishing entirely
+        return values
+
+    vertical = {(i, j): table() for i in range(rows - 1) for j in range(columns)}
+    horizontal = {(i, j): table() for i in range(rows) for j in range(columns - 1)}
+    return vertical, horizontal
+
+
+def grid_transfer(vertical, horizontal, rows: int, columns: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """log Z of the grid by column transfer matrices (rescaled at every column), the distribution of the
+    last column's states, and those states (``(2**rows, rows)``, bit ``i`` of state ``s`` is row ``i``)."""
+    states = np.array([[(s >> i) & 1 for i in range(rows)] for s in range(2**rows)])
+
+    def within(j):
+        return np.array([np.prod([vertical[(i, j)][s[i], s[i + 1]] for i in range(rows - 1)]) for s in states])
+
+    vector, total = within(0), 0.0
+    for j in range(1, columns):
+        step = np.array([[np.prod([horizontal[(i, j - 1)][a[i], b[i]] for i in range(rows)]) for b in states]
+                         for a in states])
+        vector = (vector @ step) * within(j)
+        scale = vector.sum()
+        total += np.log(scale)
+        vector = vector / scale
+    total += np.log(vector.sum())
+    return total, vector / vector.sum(), states

@@ -124,12 +124,12 @@ class BayesianNetwork:
         >>> bn.with_state_order({"rain": ["n", "y"]}).states["rain"]
         ('n', 'y')
         """
-        from dpgm.models.state_order import changed_orders, reorder_table
+        from dpgm.models.state_order import reorder_tables
 
-        wanted = changed_orders(self.states, states)
-        if not self.is_parameterized or wanted is None:
+        reordered = reorder_tables(self.states, states, self.cpds)
+        if not self.is_parameterized or reordered is None:
             return self
-        return BayesianNetwork({v: reorder_table(table, wanted) for v, table in self.cpds.items()})
+        return BayesianNetwork(reordered[0])
 
     def save(self, path: str, *, mode: str = "w-") -> None:
         """Write the network to a Zarr group; :func:`dpgm.load` reads it back exactly."""

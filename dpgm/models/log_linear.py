@@ -162,13 +162,13 @@ class LogLinearModel:
         ValueError
             The labels given for a variable are not a permutation of its states.
         """
-        from dpgm.models.state_order import changed_orders, reorder_table
+        from dpgm.models.state_order import reorder_tables
 
-        wanted = changed_orders(self.states, states)
-        if wanted is None:
+        reordered = reorder_tables(self.states, states, self.features, self.structural_zeros)
+        if reordered is None:
             return self
-        zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
-        model = LogLinearModel({n: reorder_table(t, wanted) for n, t in self.features.items()}, self.weights, zeros)
+        features, zeros = reordered
+        model = LogLinearModel(features, self.weights, zeros)
         model.margins = self.margins
         return model
 
@@ -224,7 +224,7 @@ class LogLinearModel:
     def summary(self, digits: int = 6) -> str:
         """Every feature's weight as text (``-inf``: forbidden where the feature is positive), each with its
         scope, then the structural zeros (1 = cell fixed at zero), ``digits`` significant digits."""
-        from dpgm.models.summary import block, labelled_block, render
+        from dpgm.models.summary import block, render, zeros_blocks
 
         header = (f"LogLinearModel: {len(self.variables)} variables, {len(self.features)} features on "
                   f"{len(self.scopes)} scopes, {self.n_free_parameters()} free parameters")
@@ -234,12 +234,7 @@ class LogLinearModel:
         rows = [(name, ",".join(self._canonical(self.features[name]))) for name in names]
         blocks = [block("weights", ["feature", "scope"], rows, ["weight"],
                         [[self.weights[n]] for n in names], digits)] if names else []
-        if self.structural_zeros is not None:
-            zeros = self.structural_zeros
-            blocks.append(labelled_block(f"structural zeros on ({', '.join(map(str, zeros.dims))}): "
-                                         f"{int(zeros.sum())} cells fixed at zero", zeros.astype(float),
-                                         digits=digits))
-        return render(header, blocks)
+        return render(header, blocks + zeros_blocks(self.structural_zeros, digits))
 
     def __repr__(self) -> str:
         return f"LogLinearModel({len(self.features)} features on {len(self.scopes)} scopes)"

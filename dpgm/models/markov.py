@@ -118,13 +118,10 @@ class MarkovNetwork:
         ValueError
             The labels given for a variable are not a permutation of its states.
         """
-        from dpgm.models.state_order import changed_orders, reorder_table
+        from dpgm.models.state_order import reorder_tables
 
-        wanted = changed_orders(self.states, states)
-        if wanted is None:
-            return self
-        zeros = None if self.structural_zeros is None else reorder_table(self.structural_zeros, wanted)
-        return MarkovNetwork({s: reorder_table(t, wanted) for s, t in self.potentials.items()}, zeros)
+        reordered = reorder_tables(self.states, states, self.potentials, self.structural_zeros)
+        return self if reordered is None else MarkovNetwork(*reordered)
 
     def _copy(self, potentials: dict, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
         """A copy with checked potentials (axes in scope order) and a checked zero pattern."""
@@ -162,18 +159,13 @@ class MarkovNetwork:
     def summary(self, digits: int = 6) -> str:
         """Every potential as text (one column per state of the scope's last variable), then the structural
         zeros (1 = cell fixed at zero), ``digits`` significant digits."""
-        from dpgm.models.summary import labelled_block, render
+        from dpgm.models.summary import labelled_block, render, zeros_blocks
 
         header = (f"MarkovNetwork: {len(self.variables)} variables, {len(self.potentials)} potentials, "
                   f"{self.n_free_parameters()} free parameters")
         blocks = [labelled_block(f"potential on ({', '.join(scope)})", table, digits=digits)
                   for scope, table in self.potentials.items()]
-        if self.structural_zeros is not None:
-            zeros = self.structural_zeros
-            blocks.append(labelled_block(f"structural zeros on ({', '.join(map(str, zeros.dims))}): "
-                                         f"{int(zeros.sum())} cells fixed at zero", zeros.astype(float),
-                                         digits=digits))
-        return render(header, blocks)
+        return render(header, blocks + zeros_blocks(self.structural_zeros, digits))
 
     def __repr__(self) -> str:
         zeros = "" if self.structural_zeros is None else f", {int(self.structural_zeros.sum())} structural zeros"

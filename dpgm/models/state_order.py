@@ -8,11 +8,12 @@ model's meet only through these permutations, never through arithmetic.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-__all__ = ["changed_orders", "check_same_labels", "permutation", "reorder_array", "reorder_table"]
+__all__ = ["changed_orders", "check_same_labels", "permutation", "reorder_array", "reorder_table", "reorder_tables"]
 
 
 def changed_orders(current: Mapping[str, Sequence[str]],
@@ -76,6 +77,18 @@ def reorder_table(table: xr.DataArray, states: Mapping[str, Sequence[str]]) -> x
             check_same_labels(dim, current, wanted)
             positions[dim] = permutation(current, wanted)
     return table.isel(positions) if positions else table
+
+
+def reorder_tables(current: Mapping[str, Sequence[str]], states: Mapping[str, Sequence[str]],
+                   tables: Mapping[Any, xr.DataArray], structural_zeros: xr.DataArray | None = None
+                   ) -> tuple[dict[Any, xr.DataArray], xr.DataArray | None] | None:
+    """A model's ``tables`` (keys kept) and its structural zeros permuted by :func:`reorder_table` into the
+    orders ``states`` asks for; ``None`` when the model's states ``current`` are already in those orders."""
+    wanted = changed_orders(current, states)
+    if wanted is None:
+        return None
+    zeros = None if structural_zeros is None else reorder_table(structural_zeros, wanted)
+    return {key: reorder_table(table, wanted) for key, table in tables.items()}, zeros
 
 
 def reorder_array(values: np.ndarray, dims: Sequence[str], current: Mapping[str, Sequence[str]],

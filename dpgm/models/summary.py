@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["DIGITS", "block", "format_number", "hierarchical_free_parameters", "labelled_block", "render",
-           "table_free_parameters"]
+           "table_free_parameters", "zeros_blocks"]
 
 DIGITS = 6
 
@@ -71,6 +71,16 @@ def labelled_block(title: str, table: xr.DataArray, columns: str | None = None, 
               for d in dims}
     rows = list(itertools.product(*(labels[d] for d in row_dims)))
     return block(title, row_dims, rows, labels[columns], np.asarray(ordered.values).reshape(len(rows), -1), digits)
+
+
+def zeros_blocks(structural_zeros: xr.DataArray | None, digits: int = DIGITS) -> list[str]:
+    """The block of a structural-zero pattern (1 = cell fixed at zero), titled with its scope and how many
+    cells it fixes; none without a pattern."""
+    if structural_zeros is None:
+        return []
+    title = (f"structural zeros on ({', '.join(map(str, structural_zeros.dims))}): "
+             f"{int(structural_zeros.sum())} cells fixed at zero")
+    return [labelled_block(title, structural_zeros.astype(float), digits=digits)]
 
 
 def render(header: str | Sequence[str], blocks: Sequence[str]) -> str:

@@ -6,28 +6,19 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inference_models import grid_tables, grid_transfer
 
 import dpgm
 from dpgm.inference.batched import BatchedTree
-
-
-def _joint(variables, cards, factors):
-    letters = {v: chr(ord("a") + i) for i, v in enumerate(variables)}
-    expression = ",".join("".join(letters[v] for v in s) for s, _ in factors) + "->" + "".join(letters[v] for v in variables)
-    return np.einsum(expression, *[t for _, t in factors])
+from dpgm.testing import joint_array, restrict
 
 
 def _brute(variables, cards, factors, codes, observed, cliques):
-    joint = _joint(variables, cards, factors)
+    joint = joint_array(variables, factors)
     loglik = 0.0
     counts = {c: np.zeros([cards[v] for v in c]) for c in cliques}
     for row in codes:
-        index = [slice(None)] * len(variables)
-        for v, c in zip(observed, row, strict=True):
-            if c >= 0:
-                index[variables.index(v)] = slice(int(c), int(c) + 1)
-        restricted = np.zeros_like(joint)
-        restricted[tuple(index)] = joint[tuple(index)]
+        restricted = restrict(joint, variables, observed, row)
         p = restricted.sum()
         loglik += np.log(p)
         posterior = restricted / p
@@ -135,23 +126,19 @@ def test_map_equals_brute_force_argmax(problem):
     variables, cards, factors, observed, codes = problem
     tree = BatchedTree(variables, cards, factors)
     best = tree.map_batch(codes, observed)
-    joint = _joint(variables, cards, factors)
+    joint = joint_array(variables, factors)
     for row, assignment in zip(codes, best, strict=True):
-        index = [slice(None)] * len(variables)
         for v, c in zip(observed, row, strict=True):
             if c >= 0:
-                index[variables.index(v)] = slice(int(c), int(c) + 1)
                 assert assignment[variables.index(v)] == c
-        assert joint[tuple(assignment)] == pytest.approx(joint[tuple(index)].max(), rel=1e-12)
+        assert joint[tuple(assignment)] == pytest.approx(restrict(joint, variables, observed, row).max(), rel=1e-12)
 
 
 def test_soft_evidence_equals_brute_force():
     bn = dpgm.load_network("asia")
     likelihood = np.array([0.8, 0.3])
     ours = dpgm.marginals(bn, {"xray": likelihood, "smoke": "yes"})
-    letters = {v: chr(ord("a") + i) for i, v in enumerate(bn.variables)}
-    joint = np.einsum(",".join("".join(letters[d] for d in bn.cpds[v].dims) for v in bn.variables) + "->"
-                      + "".join(letters[v] for v in bn.variables), *[bn.cpds[v].values for v in bn.variables])
+    joint = joint_array(bn.variables, bn.factors())
     weighted = joint * likelihood.reshape([2 if v == "xray" else 1 for v in bn.variables])
     weighted = np.take(weighted, [0], axis=bn.variables.index("smoke"))
     for v in bn.variables:
@@ -173,32 +160,13 @@ def test_grid_with_extreme_potentials_against_a_transfer_matrix():
     rows, columns = 3, 60
     name = [[f"r{i}c{j}" for j in range(columns)] for i in range(rows)]
 
-    def table():
-        values = rng.random((2, 2)) * np.where(rng.random((2, 2)) < 0.3, 1e-300, 1.0)
-        values[rng.random((2, 2)) < 0.1] = 0.0
-        values[0, 0] = max(values[0, 0], 1e-3)  # keep every table from vanishing entirely
-        return values
-
-    vertical = {(i, j): table() for i in range(rows - 1) for j in range(columns)}
-    horizontal = {(i, j): table() for i in range(rows) for j in range(columns - 1)}
+    vertical, horizontal = grid_tables(rng, rows, columns, zeros=0.1)
     factors = [((name[i][j], name[i + 1][j]), t) for (i, j), t in vertical.items()]
     factors += [((name[i][j], name[i][j + 1]), t) for (i, j), t in horizontal.items()]
     variables = [name[i][j] for j in range(columns) for i in range(rows)]
     tree = BatchedTree(variables, dict.fromkeys(variables, 2), factors)
     log_z, counts = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
-    states = np.array([[(s >> i) & 1 for i in range(rows)] for s in range(2**rows)])
-
-    def within(j):
-        return np.array([np.prod([vertical[(i, j)][s[i], s[i + 1]] for i in range(rows - 1)]) for s in states])
-
-    vector, total = within(0), 0.0
-    for j in range(1, columns):
-        step = np.array([[np.prod([horizontal[(i, j - 1)][a[i], b[i]] for i in range(rows)]) for b in states]
-                         for a in states])
-        vector = (vector @ step) * within(j)
-        scale = vector.sum()
-        total += np.log(scale)
-        vector = vector / scale
+    total, _, _ = grid_transfer(vertical, horizontal, rows, columns)
     assert np.isfinite(log_z)
     assert log_z == pytest.approx(total, rel=1e-10)
     assert all(np.isfinite(t).all() for t in counts.values())

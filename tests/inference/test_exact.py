@@ -4,31 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pgmpy.factors.discrete import TabularCPD
 from pgmpy.inference import VariableElimination
-from pgmpy.models import DiscreteBayesianNetwork
 
 import dpgm
-
-
-def _pgmpy(model: dpgm.BayesianNetwork) -> DiscreteBayesianNetwork:
-    """The same network in pgmpy, built from our (renormalized) tables so both use the same doubles."""
-    network = DiscreteBayesianNetwork(model.edges)
-    network.add_nodes_from(model.variables)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        network.add_cpds(TabularCPD(
-            v, model.cardinality(v), table.values.reshape(model.cardinality(v), -1),
-            evidence=parents or None, evidence_card=[model.cardinality(p) for p in parents] or None,
-            state_names={d: list(model.states[d]) for d in table.dims}))
-    return network
+from dpgm.testing import brute_log_partition, brute_marginal, joint_table
 
 
 @pytest.mark.parametrize("name", ["asia", "sachs", "child", "alarm"])
 def test_marginals_equal_pgmpy_with_and_without_evidence(name):
     model = dpgm.load_network(name)
-    engine = VariableElimination(_pgmpy(model))
+    engine = VariableElimination(model.to_pgmpy())
     rng = np.random.default_rng(len(name))
     observed = list(rng.choice(model.variables, size=min(3, len(model.variables) - 2), replace=False))
     evidence = {v: model.states[v][int(rng.integers(model.cardinality(v)))] for v in observed}
@@ -44,19 +29,12 @@ def test_marginals_equal_pgmpy_with_and_without_evidence(name):
 
 def test_any_scope_and_log_partition_against_enumeration():
     model = dpgm.load_network("asia")
-    letters = {v: chr(ord("a") + i) for i, v in enumerate(model.variables)}
-    joint = np.einsum(",".join("".join(letters[d] for d in model.cpds[v].dims) for v in model.variables) + "->"
-                      + "".join(letters[v] for v in model.variables), *[model.cpds[v].values for v in model.variables])
+    joint = joint_table(model)
     scope = ("asia", "dysp", "smoke")  # no clique holds all three
     table = dpgm.marginal(model, scope, {"xray": "yes"})
-    x = model.variables.index("xray")
-    restricted = np.take(joint, [0], axis=x)
-    axes = tuple(i for i, v in enumerate(model.variables) if v not in scope)
-    expected = restricted.sum(axis=axes)
-    kept = [v for v in model.variables if v in scope]
-    expected = np.transpose(expected, [kept.index(v) for v in scope])
-    np.testing.assert_allclose(table.values, expected / expected.sum(), rtol=1e-12)
-    assert dpgm.log_partition(model, {"xray": "yes"}) == pytest.approx(np.log(restricted.sum()), rel=1e-12)
+    np.testing.assert_allclose(table.values, brute_marginal(joint, scope, {"xray": "yes"}).values, rtol=1e-12)
+    assert dpgm.log_partition(model, {"xray": "yes"}) == pytest.approx(
+        brute_log_partition(joint, {"xray": "yes"}), rel=1e-12)
     assert dpgm.log_partition(model) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="not a state of 'xray'"):
         dpgm.marginals(model, {"xray": "maybe"})

@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inference_models import evidence_for, models
+from inference_models import evidence_for, grid_tables, grid_transfer, models
 
 import dpgm
 from dpgm.algorithms.tree_ipf import grid_scopes
@@ -193,14 +193,7 @@ def test_200_variable_grid_with_extreme_potentials_against_transfer_matrices():
     rows, columns = 4, 50
     name = [[f"r{i}c{j}" for j in range(columns)] for i in range(rows)]
 
-    def table():
-        values = rng.random((2, 2)) * np.where(rng.random((2, 2)) < 0.3, 1e-300, 1.0)
-        values[rng.random((2, 2)) < 0.15] = 0.0
-        values[0, 0] = max(values[0, 0], 1e-3)
-        return values
-
-    vertical = {(i, j): table() for i in range(rows - 1) for j in range(columns)}
-    horizontal = {(i, j): table() for i in range(rows) for j in range(columns - 1)}
+    vertical, horizontal = grid_tables(rng, rows, columns, zeros=0.15)
     labels = ["0", "1"]
     potentials = {}
     for (i, j), t in vertical.items():
@@ -210,27 +203,14 @@ def test_200_variable_grid_with_extreme_potentials_against_transfer_matrices():
         scope = (name[i][j], name[i][j + 1])
         potentials[scope] = xr.DataArray(t, dims=scope, coords=dict.fromkeys(scope, labels))
     model = dpgm.MarkovNetwork(potentials)
-    states = np.array([[(s >> i) & 1 for i in range(rows)] for s in range(2**rows)])
-
-    def within(j):
-        return np.array([np.prod([vertical[(i, j)][s[i], s[i + 1]] for i in range(rows - 1)]) for s in states])
-
-    vector, total = within(0), 0.0
-    for j in range(1, columns):
-        step = np.array([[np.prod([horizontal[(i, j - 1)][a[i], b[i]] for i in range(rows)]) for b in states]
-                         for a in states])
-        vector = (vector @ step) * within(j)
-        scale = vector.sum()
-        total += np.log(scale)
-        vector = vector / scale
-    total += np.log(vector.sum())
+    total, last_column, states = grid_transfer(vertical, horizontal, rows, columns)
     tree = JunctionTree(model)
     assert tree.log_partition() == pytest.approx(total, rel=1e-10)
     assert all(np.isfinite(m.values).all() for m in tree.marginals().values())
     # last column's joint marginal from the transfer vector
     last = tree.marginal([name[i][columns - 1] for i in range(rows)])
     expected = np.zeros([2] * rows)
-    for s, p in zip(states, vector / vector.sum(), strict=True):
+    for s, p in zip(states, last_column, strict=True):
         expected[tuple(s)] = p
     np.testing.assert_allclose(last.values, expected, rtol=1e-9, atol=1e-300)
 

@@ -2,14 +2,12 @@
 
 Oracles: enumeration of the joint (random Markov networks, rtol 1e-12: a handful of
 float products and sums) and pyAgrum's LazyPropagation on the shipped networks
-(atol 1e-12; the pyAgrum network is built from dpgm's doubles, observed differences
+(atol 1e-12; the pyAgrum network is converted from dpgm's doubles by ``to_pyagrum``, observed differences
 ~1e-15). The pruned kernel visits only the clique cells consistent with a row's
 evidence; each test checks the rows really took that path.
 """
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pyagrum as gum
@@ -21,23 +19,7 @@ import dpgm
 from dpgm.inference import JunctionTree, propagation, pruning
 from dpgm.inference.batched import BatchedTree
 from dpgm.networks import available_networks
-
-
-def _joint(variables, factors):
-    letters = {v: chr(ord("a") + i) for i, v in enumerate(variables)}
-    expression = ",".join("".join(letters[v] for v in s) for s, _ in factors) + "->" + "".join(
-        letters[v] for v in variables)
-    return np.einsum(expression, *[t for _, t in factors])
-
-
-def _restricted(joint, variables, observed, row):
-    index = [slice(None)] * len(variables)
-    for v, c in zip(observed, row, strict=True):
-        if c >= 0:
-            index[variables.index(v)] = slice(int(c), int(c) + 1)
-    restricted = np.zeros_like(joint)
-    restricted[tuple(index)] = joint[tuple(index)]
-    return restricted
+from dpgm.testing import forward_sample, joint_array, observe_at_random, restrict
 
 
 @st.composite
@@ -77,7 +59,7 @@ def test_pruned_posteriors_and_expected_counts_equal_brute_force(problem):
                                             weights, compact)
     # log P(e) is near 0 when P(e) is near 1: its error is absolute (1e-12 in log = 1e-12 relative in P(e))
     np.testing.assert_allclose(log_e, log_evidence, rtol=1e-12, atol=1e-12)
-    joint = _joint(variables, factors)
+    joint = joint_array(variables, factors)
     counts = [np.zeros(s) for s in tree.layout.clique_shapes]
     for b, row in enumerate(codes):
         _check_row(joint, variables, tree, row, log_evidence[b], out[b], offset, weights[b], counts)
@@ -88,7 +70,7 @@ def test_pruned_posteriors_and_expected_counts_equal_brute_force(problem):
 def _check_row(joint, variables, tree, row, log_evidence, out, offset, weight, counts) -> None:
     """One row's log P(e) and posteriors against the enumerated joint; adds its weighted clique posteriors to
     ``counts`` (an observed variable's posterior is its indicator)."""
-    restricted = _restricted(joint, variables, variables, row)
+    restricted = restrict(joint, variables, variables, row)
     np.testing.assert_allclose(log_evidence, np.log(restricted.sum()), rtol=1e-12, atol=1e-12)
     posterior = restricted / restricted.sum()
     for j in range(len(variables)):
@@ -110,9 +92,9 @@ def test_impossible_rows_get_minus_infinity_and_nan():
     log_evidence, out = pruning.posteriors(tree.layout, tree.grids, tree._base, tree._base_log, codes, observed,
                                            targets, offset)
     assert log_evidence[0] == -np.inf and np.isnan(out[0]).all()
-    joint = _joint(list(cards), factors)
+    joint = joint_array(list(cards), factors)
     for b in (1, 2):
-        np.testing.assert_allclose(log_evidence[b], np.log(_restricted(joint, list(cards), list(cards),
+        np.testing.assert_allclose(log_evidence[b], np.log(restrict(joint, list(cards), list(cards),
                                                                        codes[b]).sum()), rtol=1e-12, atol=1e-12)
     _, totals = pruning.expected_counts(tree.layout, tree.grids, tree._base, tree._base_log, codes, observed,
                                         np.ones(3))
@@ -133,7 +115,7 @@ def test_blocks_of_rows_sharing_a_pattern_equal_brute_force():
     factors[1][1][0, 1, :] = 0.0  # b=0, c=1 is impossible
     observed = np.arange(len(variables))
     targets, offset = _all_targets(BatchedTree(variables, cards, factors))
-    joint = _joint(variables, factors)
+    joint = joint_array(variables, factors)
     for rows in (9, 17, 40):
         codes = np.stack([rng.integers(0, cards[v], rows) for v in variables], axis=1)
         codes[:, 3] = -1  # d missing in every row; a compacted and observed in every row, so few patterns
@@ -148,7 +130,7 @@ def test_blocks_of_rows_sharing_a_pattern_equal_brute_force():
                                             weights, compact)
         counts = [np.zeros(s) for s in tree.layout.clique_shapes]
         for b, row in enumerate(codes):
-            restricted = _restricted(joint, variables, variables, row)
+            restricted = restrict(joint, variables, variables, row)
             if restricted.sum() == 0.0:
                 assert log_evidence[b] == -np.inf and np.isnan(out[b]).all()
                 continue
@@ -158,39 +140,6 @@ def test_blocks_of_rows_sharing_a_pattern_equal_brute_force():
             np.testing.assert_allclose(table, expected, rtol=1e-12, atol=1e-14)
 
 
-def _agrum(model):
-    bn = gum.BayesNet()
-    for v in model.variables:
-        bn.add(gum.LabelizedVariable(v, v, list(model.states[v])))
-    for parent, child in model.edges:
-        bn.addArc(parent, child)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        for config in itertools.product(*(range(model.cardinality(p)) for p in parents)):
-            where = {p: model.states[p][k] for p, k in zip(parents, config, strict=True)}
-            bn.cpt(v)[where] = table.values[(slice(None), *config)].tolist()
-    return bn
-
-
-def _forward(model, rows, rng):
-    index = {v: j for j, v in enumerate(model.variables)}
-    codes = np.zeros((rows, len(model.variables)), dtype=np.int64)
-    for v in model.variables:
-        table = model.cpds[v].values
-        flat = table.reshape(table.shape[0], -1)
-        column = np.zeros(rows, dtype=np.int64)
-        for p in model.parents(v):
-            column = column * model.cardinality(p) + codes[:, index[p]]
-        cumulative = np.cumsum(flat[:, column], axis=0)
-        codes[:, index[v]] = np.minimum((rng.random(rows) > cumulative).sum(axis=0), table.shape[0] - 1)
-    return codes
-
-
-def _hide(codes, observed, rng):
-    return np.where(np.argsort(rng.random(codes.shape), axis=1) < observed, codes, -1)
-
-
 @pytest.mark.parametrize("name", ["water", "insurance", "hailfinder", "alarm", "child"])
 def test_routed_posteriors_equal_pyagrum_on_shipped_networks(name):
     """Rows with 10 random observed variables (d-separating ones included): the routed JunctionTree.posteriors
@@ -198,7 +147,7 @@ def test_routed_posteriors_equal_pyagrum_on_shipped_networks(name):
     model = dpgm.load_network(name)
     tree = JunctionTree(model)
     rng = np.random.default_rng(7)
-    codes = _hide(_forward(model, 12, rng), min(10, len(model.variables) // 3), rng)
+    codes = observe_at_random(forward_sample(model, 12, rng), min(10, len(model.variables) // 3), rng)
     variables = list(model.variables)
     observed = np.arange(len(variables))
     if name == "water":  # ten observed variables mostly leave far fewer cells than the 3.4e6 of the full tree
@@ -207,7 +156,7 @@ def test_routed_posteriors_equal_pyagrum_on_shipped_networks(name):
     targets, offset = _all_targets(tree.tree)
     direct_log, direct = pruning.posteriors(tree.tree.layout, tree.tree.grids, tree.tree._base, tree.tree._base_log,
                                             codes, observed, targets, offset)
-    engine = gum.LazyPropagation(_agrum(model))
+    engine = gum.LazyPropagation(model.to_pyagrum())
     for b, row in enumerate(codes):
         engine.eraseAllEvidence()
         engine.setEvidence({v: int(c) for v, c in zip(variables, row, strict=True) if c >= 0})
@@ -227,7 +176,7 @@ def test_pruned_and_dense_kernels_agree_on_every_shipped_network():
         tree = JunctionTree(model).tree
         rng = np.random.default_rng(3)
         rows = 3 if name == "water" else 40
-        codes = _hide(_forward(model, rows, rng), min(10, max(1, len(model.variables) // 3)), rng)
+        codes = observe_at_random(forward_sample(model, rows, rng), min(10, max(1, len(model.variables) // 3)), rng)
         observed = np.arange(len(model.variables))
         targets, offset = _all_targets(tree)
         pruned = pruning.posteriors(tree.layout, tree.grids, tree._base, tree._base_log, codes, observed, targets,
@@ -252,7 +201,7 @@ def test_query_on_an_observed_node_and_a_d_separated_ancestor_equal_pyagrum():
                                 index, np.array([variables.index(v) for v in targets]),
                                 np.concatenate([[0], np.cumsum([2] * len(targets))]).astype(np.int64))
     log_evidence, post = tree.posteriors(codes, observed_names, targets=targets)
-    engine = gum.LazyPropagation(_agrum(model))
+    engine = gum.LazyPropagation(model.to_pyagrum())
     engine.setTargets(set(targets))
     for b, row in enumerate(codes):
         engine.eraseAllEvidence()
@@ -278,7 +227,7 @@ def test_predict_proba_on_water_from_zarr_equals_pyagrum(tmp_path):
     tree = JunctionTree(model).tree
     index = np.array([model.variables.index(v) for v in columns])
     assert pruning.pruned_rows(tree.layout, tree.grids, codes, index).any()
-    engine = gum.LazyPropagation(_agrum(model))
+    engine = gum.LazyPropagation(model.to_pyagrum())
     for b, row in enumerate(codes):
         engine.eraseAllEvidence()
         engine.setEvidence({v: int(c) for v, c in zip(columns, row, strict=True) if c >= 0})

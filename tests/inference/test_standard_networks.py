@@ -1,14 +1,13 @@
 """Shipped networks against pyAgrum's LazyPropagation (exact inference written by others).
 
-The pyAgrum network is built from OUR tables (pyAgrum's BIF reader parses single
-precision), so both sides use the same doubles. Tolerance 1e-8 as the issue
+The pyAgrum network is converted from OUR tables (``BayesianNetwork.to_pyagrum``; pyAgrum's
+BIF reader parses single precision), so both sides use the same doubles. Tolerance 1e-8 as the issue
 asks (observed differences ~1e-15). pgmpy's VariableElimination is compared in
 tests/inference/test_exact.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import networkx as nx
@@ -20,21 +19,6 @@ import dpgm
 from dpgm.inference import JunctionTree
 
 NETWORKS = ["asia", "sachs", "child", "alarm", "insurance"]
-
-
-def _agrum(model: dpgm.BayesianNetwork) -> gum.BayesNet:
-    bn = gum.BayesNet()
-    for v in model.variables:
-        bn.add(gum.LabelizedVariable(v, v, list(model.states[v])))
-    for parent, child in model.edges:
-        bn.addArc(parent, child)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        for config in itertools.product(*(range(model.cardinality(p)) for p in parents)):
-            where = {p: model.states[p][k] for p, k in zip(parents, config, strict=True)}
-            bn.cpt(v)[where] = table.values[(slice(None), *config)].tolist()
-    return bn
 
 
 def _sample_row(model: dpgm.BayesianNetwork, rng: np.random.Generator) -> dict[str, str]:
@@ -57,7 +41,7 @@ def _log_joint(model: dpgm.BayesianNetwork, assignment: dict[str, str]) -> float
 @pytest.mark.parametrize("name", NETWORKS)
 def test_marginals_and_evidence_probability_equal_pyagrum(name):
     model = dpgm.load_network(name)
-    theirs_bn = _agrum(model)
+    theirs_bn = model.to_pyagrum()
     tree = JunctionTree(model)
     rng = np.random.default_rng(len(name))
     sample = _sample_row(model, rng)
@@ -77,22 +61,6 @@ def test_marginals_and_evidence_probability_equal_pyagrum(name):
             assert tree.log_partition(evidence) == pytest.approx(math.log(engine.evidenceProbability()), rel=1e-8)
 
 
-def _pgmpy(model: dpgm.BayesianNetwork):
-    from pgmpy.factors.discrete import TabularCPD
-    from pgmpy.models import DiscreteBayesianNetwork
-
-    network = DiscreteBayesianNetwork(model.edges)
-    network.add_nodes_from(model.variables)
-    for v in model.variables:
-        table = model.cpds[v]
-        parents = list(table.dims[1:])
-        network.add_cpds(TabularCPD(
-            v, model.cardinality(v), table.values.reshape(model.cardinality(v), -1),
-            evidence=parents or None, evidence_card=[model.cardinality(p) for p in parents] or None,
-            state_names={d: list(model.states[d]) for d in table.dims}))
-    return network
-
-
 @pytest.mark.parametrize("name", ["asia", "sachs", "child"])
 def test_map_probability_equals_pgmpy_map_query(name):
     """MAP against pgmpy's VariableElimination.map_query. Ties make the argmax ambiguous: compare the
@@ -106,7 +74,7 @@ def test_map_probability_equals_pgmpy_map_query(name):
     sample = _sample_row(model, rng)
     evidence = {v: sample[v] for v in rng.choice(model.variables, size=3, replace=False)}
     hidden = [v for v in model.variables if v not in evidence]
-    theirs = VariableElimination(_pgmpy(model)).map_query(hidden, evidence=evidence, show_progress=False)
+    theirs = VariableElimination(model.to_pgmpy()).map_query(hidden, evidence=evidence, show_progress=False)
     ours = dpgm.map_assignment(model, evidence)
     assert all(ours[v] == s for v, s in evidence.items())
     assert _log_joint(model, ours) == pytest.approx(_log_joint(model, {**evidence, **theirs}), rel=1e-10)
