@@ -354,11 +354,25 @@ COLUMNS = [
     ("iteration", "iteration"), ("points", "points"), ("loglik", "log-likelihood"), ("change", "Δ log-lik"),
     ("param_change", "parameter change"), ("max_error", "max marginal error"), ("elapsed", "elapsed (s)"), ("rows_per_second", "rows/s (last pass)"),
 ]
+TABLE_STYLE = ("<style>table.dpgm{border-collapse:collapse;font-size:12px;width:100%}"
+               "table.dpgm th,table.dpgm td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
+               "table.dpgm th:nth-child(-n+3),table.dpgm td:nth-child(-n+3){text-align:left}</style>")
 SHOWN_FITS = 8
 """Plots on the page: the most recent fits."""
 
 
-def _number(value: Any, digits: int = 6) -> str:
+def _html_table(rows: dict[str, list]) -> str:
+    """The table of the latest values, one ``<tr class="dpgm-row">`` per fit and restart."""
+    import html
+
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in COLUMNS)
+    body = "".join("<tr class='dpgm-row'>" + "".join(f"<td>{html.escape(str(rows[key][i]))}</td>" for key, _ in COLUMNS)
+                   + "</tr>" for i in range(len(rows["fit"])))
+    return f"{TABLE_STYLE}<table class='dpgm'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def format_value(value: Any, digits: int = 6) -> str:
+    """A value as the page's table shows it (6 significant digits; thousands separated from 10⁶; blank if None)."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -373,19 +387,17 @@ class FitPage:
 
     def __init__(self, scheduler: Scheduler, doc: Any) -> None:
         from bokeh.layouts import column
-        from bokeh.models import ColumnDataSource, DataTable, Div, TableColumn
+        from bokeh.models import Div
 
         self.scheduler = scheduler
         self.doc = doc
         self.version = -1
-        self.figures: dict[str, Any] = {}
-        self.sources: dict[tuple[str, int], Any] = {}
+        self.figures: dict[Any, Any] = {}
+        self.sources: dict[tuple, Any] = {}
         self.heading = Div(text="", name="dpgm-summary", sizing_mode="stretch_width")
-        self.table_source = ColumnDataSource({key: [] for key, _ in COLUMNS}, name="dpgm-latest")
-        self.table = DataTable(
-            source=self.table_source, columns=[TableColumn(field=key, title=title) for key, title in COLUMNS],
-            index_position=None, height=60, sizing_mode="stretch_width", name="dpgm-table",
-        )
+        # the latest values as an HTML table (a Bokeh DataTable kept drawing the first rows it got, though every
+        # update reached the browser)
+        self.table = Div(text="", name="dpgm-table", sizing_mode="stretch_width")
         self.plots = column(sizing_mode="stretch_width", name="dpgm-plots")
         self.root = column(self.heading, self.table, self.plots, sizing_mode="stretch_width")
 
@@ -408,9 +420,8 @@ class FitPage:
                 values = {**latest, "fit": fit["fit"], "method": fit["method"], "status": fit["status"],
                           "restart": restart, "points": len(data["iteration"])}
                 for key, _ in COLUMNS:
-                    rows[key].append(_number(values.get(key)))
-        self.table_source.data = rows
-        self.table.height = min(60 + 25 * len(rows["fit"]), 320)
+                    rows[key].append(format_value(values.get(key)))
+        self.table.text = _html_table(rows)
         running = sum(f["status"] == "running" for f in fits)
         self.heading.text = (f"<b>dpgm fits</b>: {len(fits)} fits ({running} running), "
                              f"<span id='dpgm-points'>{points}</span> points")
@@ -423,6 +434,7 @@ class FitPage:
         from bokeh.plotting import figure
 
         fit_id = fit["fit"]
+        self._plot_gaps(fit)
         plot = self.figures.get(fit_id)
         if plot is None:
             plot = figure(title=f"{fit_id} ({fit['model']}, {fit['method']}): log-likelihood per iteration",
@@ -452,6 +464,43 @@ class FitPage:
                 source.stream({"iteration": data["iteration"][shown:],
                                "loglik": [math.nan if v is None else v for v in data["loglik"][shown:]],
                                "restart": [restart] * new})
+
+
+    def _plot_gaps(self, fit: dict) -> None:
+        """The convergence panel: how far below the fit's best log-likelihood so far each iteration of each
+        restart is, on a log scale (the phase the raw curve flattens once the first iterations are drawn)."""
+        from bokeh.models import BasicTicker, ColumnDataSource
+        from bokeh.palettes import Category10_10
+        from bokeh.plotting import figure
+
+        fit_id, key = fit["fit"], ("gap", fit["fit"])
+        values = [v for data in fit["restarts"].values() for v in data["loglik"] if v is not None]
+        if not values:
+            return
+        best = max(values)
+        plot = self.figures.get(key)
+        if plot is None:
+            plot = figure(title=f"{fit_id}: log-likelihood below the best so far (log scale)", height=220,
+                          sizing_mode="stretch_width", x_axis_label="iteration", y_axis_label="best − log-likelihood",
+                          y_axis_type="log", tools="pan,wheel_zoom,box_zoom,reset,hover",
+                          tooltips=[("restart", "@restart"), ("iteration", "@iteration"), ("below the best", "@gap")],
+                          name=f"dpgm-gap-plot|{fit_id}")
+            plot.xaxis.ticker = BasicTicker(min_interval=1)
+            self.figures[key] = plot
+            self.plots.children = [*self.plots.children, plot]
+        colors = itertools.cycle(Category10_10)
+        for restart, data in sorted(fit["restarts"].items()):
+            color = next(colors)
+            points = [(k, best - v) for k, v in zip(data["iteration"], data["loglik"], strict=True)
+                      if v is not None and best - v > 0]
+            new = {"iteration": [k for k, _ in points], "gap": [g for _, g in points], "restart": [restart] * len(points)}
+            source = self.sources.get((*key, restart))
+            if source is None:
+                source = self.sources[(*key, restart)] = ColumnDataSource(new, name=f"dpgm-gap|{fit_id}|{restart}")
+                plot.line("iteration", "gap", source=source, color=color)
+                plot.scatter("iteration", "gap", source=source, color=color, size=4)
+            elif source.data["gap"] != new["gap"] or source.data["iteration"] != new["iteration"]:
+                source.data = new
 
 
 def fit_page(scheduler: Scheduler, extra: dict, doc: Any) -> None:

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
-import threading
 import time
-import urllib.request
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from browser import Chromium, FitThread, Pause, fits_on, get, load_page, wait_for
 
 import dpgm
 from dpgm.cluster import connect
-from dpgm.dashboard import FitLog, FitReporter
+from dpgm.dashboard import COLUMNS, FitLog, FitReporter
 
 QUESTIONS = {f"q{i}": ["a", "b", "c"] for i in range(6)}
 CYCLE = [("q0", "q1"), ("q1", "q2"), ("q2", "q3"), ("q3", "q0")]  # not decomposable: IPF iterates
@@ -90,162 +87,6 @@ def test_fit_log_keeps_every_point_and_the_final_status():
     assert fit["restarts"][1]["latest"]["loglik"] == -1500
 
 
-# ---------------------------------------------------------------- a real cluster and a real browser
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 10.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.read()
-
-
-def _wait_for(condition, timeout: float, what: str, seen=lambda: None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last seen: {seen()}")
-
-
-def _fits(base: str) -> dict[str, dict]:
-    return {f["fit"]: f for f in json.loads(_get(f"{base}/dpgm/data.json"))["fits"]}
-
-
-class Pause:
-    """A callback that holds the fit at one record until released (so the page is loaded mid-fit)."""
-
-    def __init__(self, restart: int, iteration: int):
-        self.at = (restart, iteration)
-        self.reached = threading.Event()
-        self.release = threading.Event()
-        self.records: list[dict] = []
-
-    def __call__(self, record: dict) -> None:
-        self.records.append(dict(record))
-        if (record.get("restart", 0), record["iteration"]) == self.at:
-            self.reached.set()
-            self.release.wait(120)
-
-
-class FitThread(threading.Thread):
-    def __init__(self, *args, **kwargs):
-        super().__init__(daemon=True)
-        self.args, self.kwargs = args, kwargs
-        self.result = self.error = None
-
-    def run(self):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-                self.result = dpgm.fit(*self.args, **self.kwargs)
-        except BaseException as error:  # re-raised by the test
-            self.error = error
-
-
-# Counts of the points in the page's Bokeh document (what the browser received) and its rendered text
-# (shadow roots included: Bokeh 3 renders its widgets there).
-PAGE_STATE = """(() => {
-  if (!window.Bokeh || !Bokeh.documents || !Bokeh.documents.length) return null;
-  const points = {};
-  const table = {};
-  for (const doc of Bokeh.documents)
-    for (const model of doc.all_models) {
-      if (typeof model.name !== "string") continue;
-      if (model.name.startsWith("dpgm-points|")) points[model.name] = model.get_length();
-      if (model.name === "dpgm-latest")
-        for (const key of ["fit", "restart", "param_change"]) {
-          const column = model.data instanceof Map ? model.data.get(key) : model.data[key];
-          table[key] = Array.from(column || []);
-        }
-    }
-  const texts = [];
-  const walk = (node) => {
-    if (node.shadowRoot) walk(node.shadowRoot);
-    for (const child of node.childNodes) {
-      if (child.nodeType === Node.TEXT_NODE) texts.push(child.textContent); else walk(child);
-    }
-  };
-  walk(document.body);
-  return JSON.stringify({points, table, text: texts.join(" ").replace(/\\s+/g, " ")});
-})()"""
-
-
-class Chromium:
-    """Headless chromium driven over the DevTools protocol (tornado's websocket client: no extra package)."""
-
-    def __init__(self, profile: Path):
-        self.port = _free_port()
-        self.process = subprocess.Popen(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", f"--remote-debugging-port={self.port}",
-             "--remote-debugging-address=127.0.0.1", "--window-size=1400,800", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-
-    def page_socket(self) -> str:
-        def page():
-            try:
-                targets = json.loads(_get(f"http://127.0.0.1:{self.port}/json/list", timeout=2))
-            except OSError:
-                return None
-            return next((t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page"), None)
-
-        return _wait_for(page, 30, "chromium's DevTools endpoint")
-
-    def close(self):
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-async def _load_page(socket_url: str, url: str, expected: dict[str, int], screenshot: Path) -> dict:
-    """Open ``url``, wait until the page's document holds ``expected`` points per source, screenshot it."""
-    from tornado.websocket import websocket_connect
-
-    connection = await websocket_connect(socket_url, max_message_size=64 * 2**20)
-    counter = 0
-
-    async def call(method: str, **params):
-        nonlocal counter
-        counter += 1
-        await connection.write_message(json.dumps({"id": counter, "method": method, "params": params}))
-        while True:
-            message = json.loads(await asyncio.wait_for(connection.read_message(), 30))
-            if message.get("id") == counter:
-                if "error" in message:
-                    raise AssertionError(f"{method}: {message['error']}")
-                return message["result"]
-
-    try:
-        await call("Page.enable")
-        await call("Page.navigate", url=url)
-        state = None
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            value = (await call("Runtime.evaluate", expression=PAGE_STATE, returnByValue=True))["result"]
-            state = json.loads(value["value"]) if value.get("value") else None
-            if state and state["points"] == expected and f"{sum(expected.values())} points" in state["text"]:
-                break
-            await asyncio.sleep(0.25)
-        await asyncio.sleep(0.5)  # let the canvas draw the last points
-        image = await call("Page.captureScreenshot", format="png")
-        screenshot.write_bytes(base64.b64decode(image["data"]))
-        return state or {}
-    finally:
-        connection.close()
-
-
 @pytest.fixture(scope="module")
 def zarr_data(tmp_path_factory):
     truth = dpgm.latent_class_model(QUESTIONS, 3).randomized(np.random.default_rng(3), concentration=0.4)
@@ -255,14 +96,14 @@ def zarr_data(tmp_path_factory):
     return path
 
 
-def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_path, zarr_data):
+def test_dpgm_page_in_headless_chromium_shows_every_point_of_runningfits_on(tmp_path, zarr_data):
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed (scripts/install-system-packages.sh installs it as root)")
     chromium = Chromium(tmp_path / "profile")
     try:
         with connect(n_workers=1, dashboard_address="127.0.0.1:0") as client:
             base = client.dashboard_link.rsplit("/", 1)[0]
-            assert 'href="dpgm"' in _get(f"{base}/status").decode()  # the printed link leads to the page
+            assert 'href="dpgm"' in get(f"{base}/status").decode()  # the printed link leads to the page
             data = dpgm.open_dataset(zarr_data)
             em_pause, ipf_pause = Pause(restart=1, iteration=8), Pause(restart=0, iteration=4)
             em = FitThread(dpgm.latent_class_model(QUESTIONS, 3), data, method="em", n_init=2, random_state=0,
@@ -280,11 +121,11 @@ def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_pa
                             for f in fits.values() for r in f["restarts"]}
 
                 def paused_fits():  # every point up to the pause has reached the scheduler
-                    fits = _fits(base)
+                    fits = fits_on(base)
                     return fits if points(fits) == {("em", 0): 8, ("em", 1): 8, ("ipf", 0): 4} else None
 
-                fits = _wait_for(paused_fits, 30, "the paused fits' points in /dpgm/data.json",
-                                 lambda: points(_fits(base)))
+                fits = wait_for(paused_fits, 30, "the paused fits' points in /dpgm/data.json",
+                                 lambda: points(fits_on(base)))
                 assert all(f["status"] == "running" for f in fits.values())
                 assert {f["model"] for f in fits.values()} == {"BayesianNetwork", "MarkovNetwork"}
                 latest = [r["latest"] for f in fits.values() for r in f["restarts"]]
@@ -295,14 +136,14 @@ def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_pa
                 expected = {f"dpgm-points|{k}|{r['restart']}": len(r["iteration"])
                             for k, f in fits.items() for r in f["restarts"]}
                 shot = Path(SCREENSHOT) if SCREENSHOT else tmp_path / "dashboard.png"
-                state = asyncio.run(_load_page(chromium.page_socket(), f"{base}/dpgm", expected, shot))
+                state = asyncio.run(load_page(chromium.page_socket(), f"{base}/dpgm", expected, shot))
                 assert state.get("points") == expected  # the browser's Bokeh document holds every point
                 assert "20 points" in state["text"] and "2 running" in state["text"]
                 assert all(fit_id in state["text"] for fit_id in fits)  # the table lists every fit
                 assert "parameter change" in state["text"]
                 # the parameter change shown for each fit and restart is the one in the algorithm's last record
-                shown = {(fit_id, restart): value for fit_id, restart, value
-                         in zip(*(state["table"][k] for k in ("fit", "restart", "param_change")), strict=True)}
+                at = [key for key, _ in COLUMNS].index  # the rendered table's cells, in COLUMNS order
+                shown = {(row[at("fit")], row[at("restart")]): row[at("param_change")] for row in state["rows"]}
                 last = {("em", r["restart"]): r for r in em_pause.records} | {("ipf", 0): ipf_pause.records[-1]}
                 assert len(shown) == len(last) == 3
                 for fit_id, fit in fits.items():
@@ -330,7 +171,7 @@ def test_dpgm_page_in_headless_chromium_shows_every_point_of_running_fits(tmp_pa
             for method in ("gis", "lbfgs", "newton"):
                 results[method] = dpgm.fit(dpgm.MarkovNetwork.from_cliques(CYCLE, QUESTIONS), data, method=method,
                                            tol=1e-6, max_iter=2000, client=client)
-            fits = _fits(base)
+            fits = fits_on(base)
             by_method = {f["method"]: f for f in fits.values()}
             assert set(by_method) == set(results)
             for method in ("ipf", "gis", "lbfgs", "newton"):  # the last record's parameter change reached the log
