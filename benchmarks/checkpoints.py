@@ -100,9 +100,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, choices=sorted(CASES))
     parser.add_argument("--out", default=str(RESULTS / "checkpoints.md"))
     args = parser.parse_args()
-    from moto.server import ThreadedMotoServer
-
     import boto3
+    from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()

@@ -49,11 +49,46 @@ scheduler_file_option = click.option("--scheduler-file", default=None, help="Sch
 workers_option = click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of the embedded cluster (default: one per core).")
 
 
-def _connection_option(*names: str, **attrs):
+def _connection_option(*names: str, callback=None, **attrs):
     """An option read by ``cluster`` from the click context instead of the command's arguments."""
     def remember(ctx: click.Context, param: click.Parameter, value):
-        ctx.meta[f"dpgm.{param.name}"] = value
+        ctx.meta[f"dpgm.{param.name}"] = value if callback is None else callback(param, value)
     return click.option(*names, expose_value=False, callback=remember, **attrs)
+
+
+TLS_OPTIONS = {
+    "--tls-ca-file": "CA certificate(s) file for TLS (PEM), as `dask scheduler --tls-ca-file`: with --tls-cert and "
+                     "--tls-key the cluster dpgm starts, or the scheduler it connects to, speaks TLS only.",
+    "--tls-cert": "Certificate file for TLS (PEM): the client's, and the scheduler's and workers' of a cluster dpgm "
+                  "starts.",
+    "--tls-key": "Private key file for TLS (PEM) of --tls-cert.",
+}
+
+
+def _existing_file(param: click.Parameter, value: str | None) -> str | None:
+    """A --tls-* file that exists, else the one-line failure of a missing input (exit 66)."""
+    if value is not None and not os.path.isfile(value):
+        from dpgm.cli.failures import EX_NOINPUT, Failure
+
+        raise Failure(f"{param.opts[0]} {value!r}: no such file", EX_NOINPUT)
+    return value
+
+
+def security() -> object | None:
+    """The ``distributed.security.Security`` of the command's --tls-* options (all three, or none: then
+    Dask's configuration decides, as distributed reads it)."""
+    meta = click.get_current_context().meta
+    given = {name: meta.get(f"dpgm.{name.lstrip('-').replace('-', '_')}") for name in TLS_OPTIONS}
+    if not any(given.values()):
+        return None
+    if not all(given.values()):
+        missing = [name for name, value in given.items() if not value]
+        raise click.UsageError(f"{', '.join(TLS_OPTIONS)} go together: {', '.join(missing)} missing")
+    from distributed.security import Security
+
+    ca, cert, key = given.values()
+    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, tls_scheduler_cert=cert,
+                    tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
 
 
 def _remember_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -97,6 +132,8 @@ def connection_options(command):
                            help="Submit workers as batch jobs with dask-jobqueue (configured in Dask's "
                                 "jobqueue.<name> settings) instead of an embedded local cluster."),
         _connection_option("--jobs", type=int, default=None, help="Batch jobs to submit with --cluster (default 1)."),
+        *(_connection_option(name, type=str, default=None, callback=_existing_file, metavar="PATH", help=text)
+          for name, text in TLS_OPTIONS.items()),
         click.option("--storage-options", "storage_options", expose_value=False, callback=_remember_storage_options,
                      default=None, metavar="JSON",
                      help='fsspec options for URLs of data and checkpoints, e.g. \'{"anon": true}\'.'),
@@ -121,7 +158,7 @@ def cluster(scheduler: str | None, scheduler_file: str | None, workers: int | No
     meta = click.get_current_context().meta
     _quiet_client_logs(meta)
     with connect(scheduler, scheduler_file=scheduler_file, n_workers=workers, timeout=meta["dpgm.connect_timeout"],
-                 cluster=meta["dpgm.cluster"], jobs=meta["dpgm.jobs"]) as client:
+                 cluster=meta["dpgm.cluster"], jobs=meta["dpgm.jobs"], security=security()) as client:
         meta["dpgm.address"] = client.scheduler.address  # for "the scheduler at ... went away" (exit 69)
         if not quiet and not meta.get("dpgm.quiet"):
             click.echo(f"dashboard: {client.dashboard_link}", err=True)

@@ -84,6 +84,7 @@ def connect(
     cluster: str | None = None,
     jobs: int | None = None,
     cluster_options: Mapping[str, Any] | None = None,
+    security: Any = None,
 ) -> Iterator[Client]:
     """A Dask client for dpgm's passes over the data, with at least one worker.
 
@@ -124,6 +125,11 @@ def connect(
         ``memory="4GiB"`` where neither sets them, and always appends its worker
         environment (``MALLOC_MMAP_THRESHOLD_``, one BLAS thread) to
         ``job_script_prologue``.
+    security
+        A ``distributed.security.Security``: with ``require_encryption`` the embedded cluster, its
+        workers and the client speak TLS only (``tls://``); a remote scheduler is reached with its
+        certificates. None: Dask's configuration (``distributed.comm.tls.*``,
+        ``distributed.comm.require-encryption``), as distributed itself reads it.
 
     Yields
     ------
@@ -158,12 +164,12 @@ def connect(
         yield client
         return
     if cluster not in (None, "local"):
-        with jobqueue_client(cluster, jobs or 1, cluster_options or {}, timeout) as queued:
+        with jobqueue_client(cluster, jobs or 1, cluster_options or {}, timeout, security) as queued:
             yield queued
         return
     scheduler = scheduler or dask.config.get("scheduler-address", None) or None
     if scheduler or scheduler_file:
-        with remote_client(scheduler, scheduler_file, timeout) as remote:
+        with remote_client(scheduler, scheduler_file, timeout, security) as remote:
             yield remote
         return
     import distributed  # noqa: F401  (its configuration is loaded on import: before it is changed below)
@@ -178,6 +184,7 @@ def connect(
                 dashboard_address=dashboard_address,
                 env=WORKER_ENV,
                 scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
+                **({"security": security} if security is not None else {}),
                 # a failing task reaches the driver as the one error it raises (a pass retries it first):
                 # the workers' own "Compute Failed" logs would only repeat it, traceback and all
                 silence_logs=logging.CRITICAL,

@@ -68,7 +68,7 @@ def _read_scheduler_file(path: str | os.PathLike[str], deadline: float, timeout:
 
 @contextlib.contextmanager
 def remote_client(scheduler: str | None, scheduler_file: str | os.PathLike[str] | None,
-                   timeout: float) -> Iterator[Client]:
+                   timeout: float, security: Any = None) -> Iterator[Client]:
     from distributed import Client
 
     deadline = time.monotonic() + timeout
@@ -77,7 +77,15 @@ def remote_client(scheduler: str | None, scheduler_file: str | os.PathLike[str] 
         scheduler = _read_scheduler_file(scheduler_file, deadline, timeout)
     where = scheduler if scheduler_file is None else f"{scheduler} (from {os.fspath(scheduler_file)!r})"
     try:
-        remote = Client(scheduler, timeout=max(deadline - time.monotonic(), 1.0))
+        remote = Client(scheduler, timeout=max(deadline - time.monotonic(), 1.0), security=security)
+    except TypeError:
+        if not str(scheduler).startswith("tls://"):
+            raise
+        from dpgm.errors import ConfigError
+
+        raise ConfigError(f"the scheduler at {where} speaks TLS only and no client certificate is configured: pass "
+                          "--tls-ca-file, --tls-cert and --tls-key (or set distributed.comm.tls.ca-file and "
+                          "distributed.comm.tls.client.cert/key in Dask's configuration)") from None
     except (OSError, TimeoutError) as error:
         raise SchedulerUnreachable(f"no Dask scheduler answered at {where} within {timeout:g} s: {error}") from error
     try:
@@ -91,10 +99,11 @@ def remote_client(scheduler: str | None, scheduler_file: str | os.PathLike[str] 
 
 
 @contextlib.contextmanager
-def jobqueue_client(cluster: str, jobs: int, options: Mapping[str, Any], timeout: float) -> Iterator[Client]:
+def jobqueue_client(cluster: str, jobs: int, options: Mapping[str, Any], timeout: float,
+                    security: Any = None) -> Iterator[Client]:
     from distributed import Client
 
-    launcher = _jobqueue_cluster(cluster, options)
+    launcher = _jobqueue_cluster(cluster, {**options, **({"security": security} if security is not None else {})})
     try:
         launcher.scale(jobs=jobs)
         queued = Client(launcher)
@@ -131,9 +140,17 @@ def _jobqueue_cluster(cluster: str, options: Mapping[str, Any]) -> Any:
         if configured.get(key) is None:
             kwargs[key] = default
     kwargs |= dict(options)
-    if "scheduler_options" not in kwargs and not configured.get("scheduler-options"):
-        # the scheduler runs in this process: its dashboard on a free port, with the /dpgm page
-        kwargs["scheduler_options"] = {"dashboard_address": ":0", "preload": ["dpgm.dashboard"]}
+    # the scheduler runs in this process: its dashboard on a free port of the scheduler's own address (not on
+    # every interface, as dask-jobqueue's default ":8787" does), with the /dpgm page
+    scheduler = {**(configured.get("scheduler-options") or {}), **(kwargs.get("scheduler_options") or {})}
+    interface = scheduler.get("interface") or kwargs.get("interface") or configured.get("interface")
+    if "dashboard_address" not in scheduler:
+        from distributed.utils import get_ip, get_ip_interface
+
+        host = scheduler.get("host") or (get_ip_interface(interface) if interface else get_ip())
+        scheduler["dashboard_address"] = f"{host}:0"
+    scheduler.setdefault("preload", ["dpgm.dashboard"])
+    kwargs["scheduler_options"] = scheduler
     prologue = kwargs.get("job_script_prologue", configured.get("job-script-prologue")) or []
     kwargs["job_script_prologue"] = [*prologue, *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
     return getattr(dask_jobqueue, name)(**kwargs)
