@@ -151,6 +151,10 @@ def _jobqueue_cluster(cluster: str, options: Mapping[str, Any]) -> Any:
         scheduler["dashboard_address"] = f"{host}:0"
     scheduler.setdefault("preload", ["dpgm.dashboard"])
     kwargs["scheduler_options"] = scheduler
+    # the workers' own dashboards would listen on every interface of their nodes: off unless configured
+    extra = list(kwargs.get("worker_extra_args", configured.get("worker-extra-args")) or [])
+    if not any("dashboard" in str(argument) for argument in extra):
+        kwargs["worker_extra_args"] = [*extra, "--no-dashboard"]
     prologue = kwargs.get("job_script_prologue", configured.get("job-script-prologue")) or []
     kwargs["job_script_prologue"] = [*prologue, *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
     return getattr(dask_jobqueue, name)(**kwargs)

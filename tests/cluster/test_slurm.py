@@ -9,6 +9,7 @@ installs them through scripts/install-system-packages.sh).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runs import s3_server
 
 import dpgm
 from dpgm.spec import build_model, read_spec
@@ -256,12 +258,24 @@ def test_sbatch_job_stops_before_its_time_limit(slurm, asia):
     assert not (folder / "model.zarr").exists()
 
 
-def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, asia):
+@pytest.mark.parametrize("store", ["folder", "s3"])
+def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, asia, store):
     """Told the time limit is near (USR1 to the batch shell, as the timer above does), the script stops
     the fit, exits 75 and requeues the job; the next allocation resumes from the checkpoint and ends with
     the fit of an uninterrupted run. The test sends the signal once the fit is past iteration 10, so the
-    stop falls mid-fit however fast or loaded the machine."""
-    folder = _shared_folder(slurm, "requeue")
+    stop falls mid-fit however fast or loaded the machine. The checkpoint is a shared folder, or an
+    ``s3://`` URL on an S3-compatible server (moto, on the node's loopback) with ``--storage-options``."""
+    folder = _shared_folder(slurm, f"requeue-{store}")
+    with contextlib.ExitStack() as stack:
+        if store == "s3":
+            options = stack.enter_context(s3_server("requeue"))
+            checkpoint = ["--checkpoint", "s3://requeue/checkpoint", "--storage-options", json.dumps(options)]
+        else:
+            checkpoint = ["--checkpoint", folder / "checkpoint"]
+        _requeue_and_resume(slurm, asia, folder, checkpoint)
+
+
+def _requeue_and_resume(slurm, asia, folder: Path, checkpoint: list) -> None:
     spec = folder / "lca.yaml"
     spec.write_text(LCA)
     # the same fit uninterrupted (in this process, no checkpoint; before the job, not to slow it)
@@ -272,7 +286,7 @@ def test_sbatch_job_requeues_at_time_limit_and_resumes_to_the_same_fit(slurm, as
     start = time.monotonic()
     # two tasks: the scheduler and one worker
     job_id = slurm.sbatch("--time=10", "--ntasks=2", "--output", folder / "job.out", SBATCH, spec, asia,
-                          folder / "model.zarr", "--checkpoint", folder / "checkpoint", cwd=folder)
+                          folder / "model.zarr", *checkpoint, cwd=folder)
     _wait_for_line(folder / "job.out", r"dpgm: iteration 1\d ", job_id, slurm, timeout=300)
     slurm.run("scancel", "--batch", "--signal=USR1", job_id)
     try:

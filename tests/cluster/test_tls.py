@@ -110,6 +110,8 @@ def test_a_jobqueue_scheduler_binds_its_dashboard_to_its_own_interface(interface
         scheduler_host = urlparse(launcher.scheduler_address).hostname
         dashboard_port = urlparse(launcher.dashboard_link).port
         hosts = _listening_hosts(dashboard_port)
+        script = launcher.job_script()
+    assert "--no-dashboard" in script  # the workers' dashboards would listen on all of their node's interfaces
     if interface == "lo":
         assert scheduler_host == "127.0.0.1"
     assert hosts == {scheduler_host}, (hosts, scheduler_host)
