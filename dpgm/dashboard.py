@@ -434,7 +434,6 @@ class FitPage:
         from bokeh.plotting import figure
 
         fit_id = fit["fit"]
-        self._plot_gaps(fit)
         plot = self.figures.get(fit_id)
         if plot is None:
             plot = figure(title=f"{fit_id} ({fit['model']}, {fit['method']}): log-likelihood per iteration",
@@ -464,6 +463,7 @@ class FitPage:
                 source.stream({"iteration": data["iteration"][shown:],
                                "loglik": [math.nan if v is None else v for v in data["loglik"][shown:]],
                                "restart": [restart] * new})
+        self._plot_gaps(fit)  # below the fit's log-likelihood
 
 
     def _plot_gaps(self, fit: dict) -> None:
