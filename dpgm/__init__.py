@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from dpgm.algorithms.result import FitResult
     from dpgm.api import fit, predict_proba
     from dpgm.api.glm_predict import predict
+    from dpgm.api.score import score
     from dpgm.cluster import compute, connect
     from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
     from dpgm.data.convert import convert
@@ -87,6 +88,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "read_bif": "dpgm.io",
     "read_uai": "dpgm.io",
     "sample_bayesian_network": "dpgm.data.sample",
+    "score": "dpgm.api.score",
     "Schema": "dpgm.data",
     "to_pandas": "dpgm.data",
     "verify": "dpgm.data.verification",
@@ -157,6 +159,7 @@ __all__ = [
     "read_bif",
     "read_uai",
     "sample_bayesian_network",
+    "score",
     "to_pandas",
     "verify",
     "VerifyReport",

@@ -55,6 +55,16 @@ def check_variables(variables: Sequence[str], model_states: dict, data_states: d
             check_labels(v, model_states[v], data_states[v])
 
 
+def check_continuous(variables: Sequence[str], schema: Schema, kind: str) -> None:
+    """Every variable is a continuous variable of the data (a :class:`DataError` naming the first that is not)."""
+    for v in variables:
+        if v not in schema:
+            raise DataError(f"is not in the data; continuous variables: {schema.continuous}", variable=v)
+        if schema[v].categorical:
+            raise DataError(f"is categorical; a {kind} needs continuous variables: {schema.continuous}",
+                            variable=v)
+
+
 def check_labels(variable: str, model_labels: Sequence[str], data_labels: Sequence[str]) -> None:
     """The model's and the data's labels of one variable are the same set (their order may differ)."""
     model_labels, data_labels = [str(s) for s in model_labels], [str(s) for s in data_labels]

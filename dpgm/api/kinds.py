@@ -5,7 +5,7 @@ a :class:`Method`: the fit function and the schema of its options), the default
 method, what identifies its structure in a checkpoint's fingerprint, how it is
 saved and loaded, and the passes it supports after a fit. :func:`dpgm.fit`, the
 option check, checkpoint fingerprints, specifications (:mod:`dpgm.spec`), the CLI,
-the dashboard's reporter and :func:`dpgm.predict_proba` / :func:`dpgm.predict` read
+the dashboard's reporter, :func:`dpgm.predict_proba` / :func:`dpgm.predict` and :func:`dpgm.score` read
 :func:`kinds`; a new model kind is one more entry here, and the conformance suite
 (``tests/conformance``) runs over every entry.
 
@@ -122,6 +122,8 @@ class Kind:
         ``predict_proba(model, data, variable) -> (lazy values, labels)``, or None.
     predict
         ``predict(model, data, variable, **kw) -> DataArray``, or None.
+    score
+        ``score(model, data) -> (lazy (row,) log-likelihoods, attrs)``, what :func:`dpgm.score` maps, or None.
     """
 
     name: str
@@ -132,6 +134,7 @@ class Kind:
     structure: Callable[[Any], Any]
     predict_proba: Callable[..., tuple] | None = None
     predict: Callable[..., Any] | None = None
+    score: Callable[..., tuple] | None = None
 
     @property
     def spec_names(self) -> dict[str, tuple[str, ...]]:
@@ -140,8 +143,8 @@ class Kind:
 
     @property
     def passes(self) -> frozenset[str]:
-        """What can be done with a model of this kind: ``fit``, ``save``, ``load`` and the predictions."""
-        optional = {"predict_proba": self.predict_proba, "predict": self.predict}
+        """What can be done with a model of this kind: ``fit``, ``save``, ``load``, the predictions and ``score``."""
+        optional = {"predict_proba": self.predict_proba, "predict": self.predict, "score": self.score}
         return frozenset({"fit", "save", "load", *(name for name, how in optional.items() if how is not None)})
 
     @property
@@ -253,6 +256,15 @@ def _declarations() -> list[Kind]:
         gaussian_mixture_from_spec,
     )
     from dpgm.api.predict import discrete_posteriors
+    from dpgm.api.score_kinds import (
+        discrete_scores,
+        gaussian_scores,
+        glm_scores,
+        hybrid_scores,
+        linear_gaussian_scores,
+        mixture_scores,
+        sequence_scores,
+    )
     from dpgm.api.undirected_em import fit_undirected_em
     from dpgm.models.bayesian_network import BayesianNetwork
     from dpgm.models.gaussian import GaussianGraphicalModel
@@ -305,46 +317,48 @@ def _declarations() -> list[Kind]:
                                            bayesian_network_from_spec),
               "latent_class": SpecForm(("model", "method", "n_classes", "observed", "variable"),
                                        latent_class_from_spec)},
-             bayesian, "mle", _edges, predict_proba=discrete_posteriors),
+             bayesian, "mle", _edges, predict_proba=discrete_posteriors, score=discrete_scores),
         Kind("MarkovNetwork", MarkovNetwork, {"markov_network": SpecForm(("model", "method", "cliques"),
                                                                       markov_network_from_spec)},
              {"ipf": table(fit_markov_network, stop | zeros | goodness | {"loglik_tol": Interval(float, 0.0)}),
               "closed_form": table(fit_markov_network, goodness, iterative=False),
               **{m: table(fit_markov_network, o) for m, o in weights.items()},
               "em": undirected_em("ipf")},
-             "ipf", _scopes, predict_proba=discrete_posteriors),
+             "ipf", _scopes, predict_proba=discrete_posteriors, score=discrete_scores),
         Kind("LogLinearModel", LogLinearModel, {"log_linear": SpecForm(("model", "method", "margins"),
                                                                    log_linear_from_spec)},
              {**{m: table(fit_log_linear, o) for m, o in weights.items()}, "em": undirected_em("gis")},
-             "lbfgs", _scopes, predict_proba=discrete_posteriors),
+             "lbfgs", _scopes, predict_proba=discrete_posteriors, score=discrete_scores),
         Kind("HiddenMarkovModel", HiddenMarkovModel, {"hmm": SpecForm(("model", "method", "n_states", "symbols", "variable"),
                                                                            hmm_from_spec)},
              {"em": Method(fit_hmm, em, check_sizes=hidden_state_sizes)}, "em",
-             lambda m: {"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states}),
+             lambda m: {"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states}, score=sequence_scores),
         Kind("GaussianGraphicalModel", GaussianGraphicalModel,
              {"gaussian_graphical": SpecForm(("model", "method", "edges", "cliques", "variables"),
                                              gaussian_graphical_from_spec)},
              gaussian_moments, "ipf",
-             lambda m: {"variables": list(m.variables), "adjacency": m.adjacency.astype(int).tolist()}),
+             lambda m: {"variables": list(m.variables), "adjacency": m.adjacency.astype(int).tolist()},
+             score=gaussian_scores),
         Kind("LinearGaussianNetwork", LinearGaussianNetwork,
              {"linear_gaussian": SpecForm(("model", "method", "edges", "variables"), linear_gaussian_from_spec)},
-             {"mle": table(fit_linear_gaussian, missing, iterative=False)}, "mle", _edges),
+             {"mle": table(fit_linear_gaussian, missing, iterative=False)}, "mle", _edges,
+             score=linear_gaussian_scores),
         Kind("GaussianMixture", GaussianMixture,
              {"gaussian_mixture": SpecForm(("model", "method", "n_components", "variables", "covariance_type"),
                                            gaussian_mixture_from_spec)},
              {"em": Method(fit_gaussian_mixture, em | {"init": mixture_init, "reg_covar": Interval(float, 0.0)},
                            check_sizes=component_sizes)},
              "em", lambda m: {"n_components": m.n_components, "covariance_type": m.covariance_type},
-             predict_proba=component_posteriors),
+             predict_proba=component_posteriors, score=mixture_scores),
         Kind("GLMConditional", GLMConditional,
              {"glm": SpecForm(("model", "method", "child", "parents", "family"), glm_from_spec, ("l2",))},
              {"irls": table(fit_glm, stop | missing)}, "irls",
              lambda m: {"child": m.child, "parents": list(m.parents), "family": m.family, "l2": m.l2},
-             predict_proba=glm_probabilities, predict=predict),
+             predict_proba=glm_probabilities, predict=predict, score=glm_scores),
         Kind("HybridNetwork", HybridNetwork,
              {"hybrid_network": SpecForm(("model", "method", "edges", "families", "variables", "latent"),
                                          hybrid_network_from_spec, ("l2",))},
              {"mle": table(fit_hybrid, stop | missing), "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes)}, "mle",
              lambda m: {"edges": _edges(m), "families": m.families, "l2": m.l2},
-             predict_proba=glm_probabilities, predict=predict),
+             predict_proba=glm_probabilities, predict=predict, score=hybrid_scores),
     ]

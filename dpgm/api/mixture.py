@@ -15,6 +15,7 @@ from dpgm.algorithms.mixture import (
     unconstrained_vector,
 )
 from dpgm.algorithms.result import FitResult
+from dpgm.api.checks import check_continuous
 from dpgm.api.em_control import em_result, maybe_persist, run_em, total_rows
 from dpgm.api.spec_checks import continuous_variables, spec_errors
 from dpgm.errors import DataError, SpecError
@@ -30,13 +31,7 @@ def _check_data(model: GaussianMixture, source: DataSource) -> None:
     if source.is_table:
         raise TypeError(f"a GaussianMixture is fitted to a dataset of continuous variables, got "
                         f"{type(source.data).__name__}")
-    schema = source.schema
-    for v in model.variables:
-        if v not in schema:
-            raise DataError(f"is not in the data; continuous variables: {schema.continuous}", variable=v)
-        if schema[v].categorical:
-            raise DataError(f"is categorical; a GaussianMixture needs continuous variables: {schema.continuous}",
-                            variable=v)
+    check_continuous(model.variables, source.schema, "GaussianMixture")
 
 
 def _component_parameters(parameters: MixtureParameters, covariance_type: str):

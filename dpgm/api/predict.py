@@ -86,13 +86,18 @@ def predict_proba(
 def write_back(new: xr.Dataset, data: xr.Dataset, client: Client | None, progress: bool | None = False) -> None:
     """Write lazily computed per-row variables into the store ``data`` was opened from, in one pass."""
     from dpgm.cluster import compute
+
+    compute(store_writer(new, data), client=client, progress=progress)
+
+
+def store_writer(new: xr.Dataset, data: xr.Dataset):
+    """The lazy write of per-row variables into the store ``data`` was opened from (run it with one compute)."""
     from dpgm.data.io import add_variables
 
     store = data.encoding.get("dpgm_store")
     if store is None:
         raise ValueError("write=True needs a dataset opened with dpgm.open_dataset (it writes into that store)")
-    compute(add_variables(new, store.path, overwrite=True, storage_options=store.storage_options, compute=False),
-            client=client, progress=progress)
+    return add_variables(new, store.path, overwrite=True, storage_options=store.storage_options, compute=False)
 
 
 def discrete_posteriors(model, data: xr.Dataset, variable: str) -> tuple:

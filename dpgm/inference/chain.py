@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["forward_backward_counts"]
+__all__ = ["forward_backward_counts", "forward_logliks"]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -116,3 +116,47 @@ def forward_backward_counts(
     loglik = _sequences(codes, weights, np.asarray(start, float), np.asarray(transition, float),
                         np.asarray(emission, float), counts["start"], counts["transition"], counts["emission"])
     return float(loglik), counts
+
+
+@numba.njit(nogil=True, cache=True)
+def _forward(codes, start, transition, emission, out):
+    n_seq, length = codes.shape
+    n = start.shape[0]
+    alpha = np.empty(n)
+    step = np.empty(n)
+    for s in range(n_seq):
+        total = 0.0
+        for t in range(length):
+            c = codes[s, t]
+            norm = 0.0
+            for j in range(n):
+                if t == 0:
+                    value = start[j]
+                else:
+                    value = 0.0
+                    for i in range(n):
+                        value += alpha[i] * transition[i, j]
+                if c >= 0:
+                    value *= emission[j, c]
+                step[j] = value
+                norm += value
+            if norm <= 0.0:
+                total = -np.inf
+                break
+            for j in range(n):
+                alpha[j] = step[j] / norm
+            total += np.log(norm)
+        out[s] = total
+
+
+def forward_logliks(codes: np.ndarray, start: np.ndarray, transition: np.ndarray, emission: np.ndarray
+                    ) -> np.ndarray:
+    """Each sequence's log-likelihood by the scaled forward recursion, ``(B,)``.
+
+    A missing observation (``-1``) has emission factor 1, so it is summed out; a
+    sequence with no observation gets 0 and an impossible one ``-inf``.
+    """
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    out = np.empty(codes.shape[0])
+    _forward(codes, np.asarray(start, float), np.asarray(transition, float), np.asarray(emission, float), out)
+    return out

@@ -31,7 +31,8 @@ from dpgm.stats.engine import map_reduce
 if TYPE_CHECKING:
     from dpgm.stats.source import DataSource
 
-__all__ = ["ExpectedStatistics", "expected_counts", "row_blocks", "select_rows", "sequence_expected_counts"]
+__all__ = ["ExpectedStatistics", "code_matrix", "expected_counts", "row_blocks", "select_rows", "sequence_codes",
+           "sequence_expected_counts"]
 
 
 class ExpectedStatistics(Protocol):
@@ -81,6 +82,19 @@ def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> 
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
         _check_weights(weights, index)
+    codes = code_matrix(index, columns, variables, cardinalities)
+    return [tree.expected_counts(codes, variables, weights) for tree in trees]
+
+
+def code_matrix(index: int, columns: dict[str, np.ndarray], variables: Sequence[str],
+                cardinalities: Sequence[int]) -> np.ndarray:
+    """The chunk's codes of ``variables`` as ``(rows, variables)`` int16 (``-1`` = missing).
+
+    Raises
+    ------
+    DataError
+        A code out of range, naming the variable, the row and the chunk.
+    """
     n = len(next(iter(columns.values())))
     codes = np.empty((n, len(variables)), dtype=np.int16)
     for j, v in enumerate(variables):
@@ -92,7 +106,7 @@ def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> 
             row = int(np.argmax(bad))
             _raise_bad_code(CountPlan(tuple(variables), tuple(cardinalities), ()), j, row, int(column[row]), index)
         codes[:, j] = column
-    return [tree.expected_counts(codes, variables, weights) for tree in trees]
+    return codes
 
 
 def expected_counts(
@@ -129,6 +143,17 @@ def expected_counts(
 
 def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
     parameters, variable, n_symbols, counts = shared
+    codes = sequence_codes(index, columns, variable, n_symbols)
+    weights = columns.get(WEIGHT)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        _check_weights(weights, index)
+    return [counts(codes, *p, weights=weights) for p in parameters]
+
+
+def sequence_codes(index: int, columns: dict[str, np.ndarray], variable: str, n_symbols: int) -> np.ndarray:
+    """The chunk's ``(row, time)`` codes of ``variable``, checked (:class:`~dpgm.DataError` naming the row, the
+    time step, the variable and the chunk of a code out of range)."""
     codes = np.asarray(columns[variable])
     if codes.size and (codes.min() < -1 or codes.max() >= n_symbols):
         bad = np.argwhere((codes < -1) | (codes >= n_symbols))[0]
@@ -140,11 +165,7 @@ def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) 
             variable=variable,
             chunk=index,
         )
-    weights = columns.get(WEIGHT)
-    if weights is not None:
-        weights = np.asarray(weights, dtype=np.float64)
-        _check_weights(weights, index)
-    return [counts(codes, *p, weights=weights) for p in parameters]
+    return codes
 
 
 def sequence_expected_counts(

@@ -18,11 +18,21 @@ from dpgm.stats.rows import constant_map, row_map
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["glm_prediction_map", "predict_block"]
+__all__ = ["design_rows", "glm_prediction_map", "predict_block"]
 
 
 def predict_block(columns: dict[str, np.ndarray], design: Design, beta: np.ndarray) -> np.ndarray:
     """``(rows, outputs)`` predictions of one block: the mean (1 column) or each state's probability."""
+    x, keep = design_rows(columns, design)
+    family = design.glm
+    out = family.predictions(family.linear_predictor(x, beta, design.n_classes))
+    out[~keep] = np.nan
+    return out
+
+
+def design_rows(columns: dict[str, np.ndarray], design: Design) -> tuple[np.ndarray, np.ndarray]:
+    """The design matrix of every row of a block (a missing parent's columns zero) and which rows have every
+    parent."""
     parents = [np.asarray(columns[name]) for name, _ in design.parents]
     n = len(parents[0]) if parents else len(next(iter(columns.values()), ()))
     x = np.zeros((n, design.n_terms))
@@ -40,10 +50,7 @@ def predict_block(columns: dict[str, np.ndarray], design: Design, beta: np.ndarr
             keep &= ~np.isnan(values)
             x[:, col] = np.where(np.isnan(values), 0.0, values)
             col += 1
-    family = design.glm
-    out = family.predictions(family.linear_predictor(x, beta, design.n_classes))
-    out[~keep] = np.nan
-    return out
+    return x, keep
 
 
 def _glm_block(index: int, columns: dict[str, np.ndarray], shared: tuple[Design, np.ndarray]) -> np.ndarray:

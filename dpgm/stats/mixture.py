@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from dpgm.stats.source import DataSource
 
 __all__ = ["ComponentParameters", "RowSample", "estep_pass", "log_responsibilities", "responsibility_map",
-           "sample_pass"]
+           "row_log_likelihood", "sample_pass"]
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -233,6 +233,18 @@ def estep_chunk(values: np.ndarray, weights: np.ndarray, restarts: Sequence[tupl
 
 def log_responsibilities(values: np.ndarray, params: ComponentParameters) -> np.ndarray:
     """``log P(component | observed coordinates of the row)``, ``(rows, K)``; an all-NaN row gets the weights."""
+    log_joint = _log_joint(values, params)
+    return log_joint - _logsumexp(log_joint)[:, None]
+
+
+def row_log_likelihood(values: np.ndarray, params: ComponentParameters) -> np.ndarray:
+    """``log p(observed coordinates of the row)``, ``(rows,)``: log-sum-exp over the components of each
+    component's marginal density of the row's observed coordinates; 0 for an all-NaN row."""
+    return _logsumexp(_log_joint(values, params))
+
+
+def _log_joint(values: np.ndarray, params: ComponentParameters) -> np.ndarray:
+    """``log w_k + log N(x_o; mu_k,o, S_k,oo)`` of each row's observed coordinates ``o``, ``(rows, K)``."""
     n, p = values.shape
     present = ~np.isnan(values)
     n_present = present.sum(axis=1)
@@ -242,7 +254,7 @@ def log_responsibilities(values: np.ndarray, params: ComponentParameters) -> np.
         log_joint[complete] += _complete_log_density(values[complete], params)
     for observed, rows in _patterns(present, np.nonzero(~complete & (n_present > 0))[0]):
         log_joint[rows] += _pattern_log_density(values[rows], observed, params)[0]
-    return log_joint - _logsumexp(log_joint)[:, None]
+    return log_joint
 
 
 def _chunk_values(index: int, columns: dict[str, np.ndarray], variables: Sequence[str], weight: str | None

@@ -135,7 +135,7 @@ def row_map(
     else:
         arrays = [da.asarray(data.variables[v].data) for v in names]
         chunks = arrays[0].chunks[0]
-        arrays = [a.rechunk({0: chunks}) for a in arrays]
+        arrays = [a.rechunk({0: chunks} | {i: -1 for i in range(1, a.ndim)}) for a in arrays]  # whole sequences
         sizes = np.asarray(chunks)
         source = [a.name for a in arrays]
     token = tokenize(prefix, block, names, int(outputs), np.dtype(dtype).str, shared, list(token_parts), source)
