@@ -1,4 +1,4 @@
-"""Commands on models: ``dpgm fit`` and ``dpgm predict``."""
+"""Commands on models: ``dpgm fit``, ``dpgm predict`` and ``dpgm score``."""
 
 from __future__ import annotations
 
@@ -149,6 +149,58 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
         with claimed("DATA", data, folder=True), cluster(scheduler, scheduler_file, workers) as client:
             result = predict_proba(model, ds, variable, write=True, name=name, client=client, progress=progress())
     click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")
+
+
+@cli.command()
+@click.argument("model_path", type=click.Path())
+@click.argument("data", type=click.Path())
+@click.option("--write", "name", default=None, help="Also write each row's log-likelihood into DATA as this variable.")
+@click.option("--report", type=click.Path(), default=None, help="Write the total, mean per row and rows as JSON here.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --report file.")
+@scheduler_option
+@scheduler_file_option
+@workers_option
+@connection_options
+def score(model_path, data, name, report, overwrite, scheduler, scheduler_file, workers) -> None:
+    """Print the log-likelihood of the dataset DATA under the model MODEL_PATH: total, mean per row and rows.
+
+    One pass over DATA (which also writes the per-row values with --write).
+    """
+    import xarray as xr
+
+    from dpgm.api.score import SUMMARY
+    from dpgm.api.score import score as run
+    from dpgm.cluster import compute
+    from dpgm.data import open_dataset
+    from dpgm.models.store import load
+
+    check_output("--report", report, overwrite=overwrite, inputs=(data, model_path))
+    click.get_current_context().meta["dpgm.inputs"] = [model_path, data]
+    with errors():
+        model = load(model_path)
+        ds = open_dataset(data, storage_options=storage_options(data))
+        with claimed("DATA", data, folder=True) if name else _nothing(), \
+                cluster(scheduler, scheduler_file, workers) as client:
+            start = time.perf_counter()
+            scores = run(model, ds, client=client, write=bool(name), name=name or "loglik", progress=progress())
+            lazy = xr.Dataset({c: ((), scores.coords[c].data) for c in SUMMARY})  # computed already with --write
+            summary = {k: float(v) for k, v in compute(lazy, client=client, progress=progress()).data_vars.items()}
+            seconds = time.perf_counter() - start
+        click.echo(f"total {summary['total']:.6f}  mean per row {summary['mean_per_row']:.6f}  "
+                   f"rows {summary['rows']:,.0f}")
+        if name:
+            click.echo(f"wrote {name} ({ds.sizes['row']:,} rows) into {data}")
+        if report:
+            payload = summary | {"model": scores.attrs["model"], "summed_out": scores.attrs["summed_out"],
+                                 "written": name, "seconds": seconds, "model_path": str(model_path),
+                                 "data": str(data)}
+            write_text_atomically(report, json.dumps(payload, indent=2, default=float))
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def _holds_iteration(checkpoint: str) -> bool:
