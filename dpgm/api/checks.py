@@ -228,6 +228,18 @@ def counts_with_zeros(source: DataSource, scopes: list, zeros: xr.DataArray | No
     return tables
 
 
+def tabular_families(model: HybridNetwork, schema: Schema, latent: str | None = None) -> list[tuple[str, ...]]:
+    """``(node, *parents)`` of every tabular node of a hybrid network but ``latent``, each checked
+    (:func:`check_tabular`)."""
+    families = []
+    for v in model.variables:
+        if v in model.families or v == latent:
+            continue
+        check_tabular(model, v, schema)
+        families.append((v, *model.parents(v)))
+    return families
+
+
 def check_tabular(model: HybridNetwork, variable: str, schema: Schema) -> None:
     """A tabular node is a categorical variable with categorical parents."""
     if not schema[variable].categorical:

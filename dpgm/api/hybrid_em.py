@@ -26,7 +26,7 @@ import xarray as xr
 from dpgm.algorithms.em import EMFamily
 from dpgm.algorithms.irls import solve_normal_equations
 from dpgm.algorithms.result import FitResult
-from dpgm.api.checks import check_tabular
+from dpgm.api.checks import tabular_families
 from dpgm.api.glm_node import GLMPlan, plan_glm
 from dpgm.api.labels import align
 from dpgm.data.schema import Schema
@@ -58,11 +58,7 @@ def _plan(model: HybridNetwork, schema: Schema) -> tuple[LatentPlan, dict[str, G
                         variable=z)
     k = len(model.states[z])
     tables = []
-    for v in model.variables:
-        if v in model.families or v == z:
-            continue
-        check_tabular(model, v, schema)
-        family = (v, *model.parents(v))
+    for family in tabular_families(model, schema, z):
         tables.append((family, tuple(k if p == z else schema[p].cardinality for p in family)))
     tables.insert(0, ((z,), (k,)))
     plans = {}

@@ -203,7 +203,7 @@ def glm_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
 
 def hybrid_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
     """A hybrid network's sum of node terms per row, log-sum-exp over the states of a latent root."""
-    from dpgm.api.checks import check_labels, check_tabular
+    from dpgm.api.checks import check_labels, tabular_families
     from dpgm.models.state_order import reorder_table
     from dpgm.stats.scores import NetworkPlan, TableTerm, network_block
 
@@ -222,12 +222,8 @@ def hybrid_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
     with np.errstate(divide="ignore"):
         log_prior = np.log(model.tables[z].values) if z else np.zeros(1)
         tables = []
-        for v in model.variables:
-            if v in model.families or v == z:
-                continue
-            check_tabular(model, v, schema)
-            family = (v, *model.parents(v))
-            table = model.tables[v]
+        for family in tabular_families(model, schema, z):
+            table = model.tables[family[0]]
             labels = {u: schema.states[u] for u in family if u != z}
             for u, wanted in labels.items():
                 check_labels(u, [str(s) for s in table.coords[u].values], wanted)

@@ -20,6 +20,35 @@ __all__ = ["forward_backward_counts", "forward_logliks"]
 
 
 @numba.njit(nogil=True, cache=True)
+def _forward_one(codes, end, start, transition, emission, alpha, scale):
+    """The scaled forward recursion over steps ``[0, end)`` of one sequence: fills ``alpha`` (each step's
+    filtered state distribution) and ``scale``; returns the log-likelihood (``-inf`` if impossible)."""
+    n = start.shape[0]
+    total = 0.0
+    for t in range(end):
+        c = codes[t]
+        norm = 0.0
+        for j in range(n):
+            if t == 0:
+                value = start[j]
+            else:
+                value = 0.0
+                for i in range(n):
+                    value += alpha[t - 1, i] * transition[i, j]
+            if c >= 0:
+                value *= emission[j, c]
+            alpha[t, j] = value
+            norm += value
+        if norm <= 0.0:
+            return -np.inf
+        scale[t] = norm
+        for j in range(n):
+            alpha[t, j] /= norm
+        total += np.log(norm)
+    return total
+
+
+@numba.njit(nogil=True, cache=True)
 def _sequences(codes, weights, start, transition, emission, start_counts, transition_counts, emission_counts):
     n_seq, length = codes.shape
     n = start.shape[0]
@@ -34,27 +63,10 @@ def _sequences(codes, weights, start, transition, emission, start_counts, transi
             end -= 1
         if end == 0 or w == 0.0:
             continue
-        # forward
-        for t in range(end):
-            c = codes[s, t]
-            norm = 0.0
-            for j in range(n):
-                if t == 0:
-                    value = start[j]
-                else:
-                    value = 0.0
-                    for i in range(n):
-                        value += alpha[t - 1, i] * transition[i, j]
-                if c >= 0:
-                    value *= emission[j, c]
-                alpha[t, j] = value
-                norm += value
-            if norm <= 0.0:
-                return -np.inf
-            scale[t] = norm
-            for j in range(n):
-                alpha[t, j] /= norm
-            total += w * np.log(norm)
+        loglik = _forward_one(codes[s], end, start, transition, emission, alpha, scale)
+        if loglik == -np.inf:
+            return -np.inf
+        total += w * loglik
         # backward
         for j in range(n):
             beta[end - 1, j] = 1.0
@@ -121,32 +133,10 @@ def forward_backward_counts(
 @numba.njit(nogil=True, cache=True)
 def _forward(codes, start, transition, emission, out):
     n_seq, length = codes.shape
-    n = start.shape[0]
-    alpha = np.empty(n)
-    step = np.empty(n)
+    alpha = np.empty((length, start.shape[0]))
+    scale = np.empty(length)
     for s in range(n_seq):
-        total = 0.0
-        for t in range(length):
-            c = codes[s, t]
-            norm = 0.0
-            for j in range(n):
-                if t == 0:
-                    value = start[j]
-                else:
-                    value = 0.0
-                    for i in range(n):
-                        value += alpha[i] * transition[i, j]
-                if c >= 0:
-                    value *= emission[j, c]
-                step[j] = value
-                norm += value
-            if norm <= 0.0:
-                total = -np.inf
-                break
-            for j in range(n):
-                alpha[j] = step[j] / norm
-            total += np.log(norm)
-        out[s] = total
+        out[s] = _forward_one(codes[s], length, start, transition, emission, alpha, scale)
 
 
 def forward_logliks(codes: np.ndarray, start: np.ndarray, transition: np.ndarray, emission: np.ndarray

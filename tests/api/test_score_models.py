@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 import xarray as xr
+from conformance.builders import _sequence_rows
 from scipy.special import expit, logsumexp
 from scipy.stats import norm
 
@@ -34,14 +35,7 @@ def _quiet_fit(model, data, **options):
 
 
 def _sequences(n: int, length: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    transition, emission = np.array([[0.85, 0.15], [0.2, 0.8]]), np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
-    hidden = np.zeros((n, length), dtype=int)
-    hidden[:, 0] = rng.random(n) < 0.4
-    for t in range(1, length):
-        hidden[:, t] = rng.random(n) < transition[hidden[:, t - 1], 1]
-    draws = rng.random((n, length))
-    return (draws[..., None] > np.cumsum(emission[hidden], axis=-1)).sum(axis=-1).astype(np.int8)
+    return _sequence_rows(seed, n, length)["obs"].values
 
 
 def _sequence_data(codes: np.ndarray) -> xr.Dataset:
