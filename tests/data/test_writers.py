@@ -2,7 +2,8 @@
 data writers classified before anything is written.
 
 Every test runs real ``dpgm`` processes on real stores, on the session's cluster (``cli_runs``) but for
-a writer killed with its workers and the workers started in another folder. The oracles are
+racing writers (each one's own cluster start keeps the first writing while the second claims), a writer
+killed with its workers and the workers started in another folder. The oracles are
 NumPy/pandas: a store written by two racing commands must hold exactly the rows of the same store
 generated alone (or pandas' read of the CSV), an old store kept by a failed overwrite must equal what
 was read from it before.
@@ -51,8 +52,9 @@ def start(*args, own_cluster: bool = False) -> subprocess.Popen:
 
 
 def race(*commands: tuple) -> list[subprocess.CompletedProcess]:
-    """Start the commands together and wait for all of them."""
-    jobs = [start(*c) for c in commands]
+    """Start the commands together, each with its own one-worker cluster, and wait for all of them. On the
+    session's cluster the first could finish before the second claims the output: no race left to test."""
+    jobs = [start(*c, "--workers", "1", own_cluster=True) for c in commands]
     results = []
     for job in jobs:
         stdout, stderr = job.communicate(timeout=300)
