@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import time
 import warnings
 from pathlib import Path
