@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -188,19 +187,15 @@ def test_dpgm_page_in_headless_chromium_shows_every_point_of_runningfits_on(tmp_
         chromium.close()
 
 
+@pytest.mark.usefixtures("shared_cluster")  # the dpgm command on the session's cluster (cli_runs)
 def test_cli_fit_writes_a_performance_report(tmp_path, zarr_data):
-    import sys
+    from cli_runs import run_dpgm
 
     (tmp_path / "mn.yaml").write_text("model: markov_network\ncliques: [[q0, q1], [q1, q2], [q2, q3], [q3, q0]]\n"
                                       "method: ipf\ntol: 1.0e-8\n")
     report = tmp_path / "report.html"
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "dpgm.cli", "fit", str(tmp_path / "mn.yaml"), str(zarr_data), "--out",
-         str(tmp_path / "mn.zarr"), "--workers", "1", "--performance-report", str(report)],
-        capture_output=True, text=True, env=environment, timeout=180,
-    )
+    result = run_dpgm("fit", tmp_path / "mn.yaml", zarr_data, "--out", tmp_path / "mn.zarr", "--performance-report",
+                      report, timeout=180)
     assert result.returncode == 0, result.stderr
     html = report.read_text()
     assert "Dask Performance Report" in html and "Task Stream" in html

@@ -23,13 +23,13 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from cli_runs import DPGM, cli_environment, run_dpgm
 from sklearn.mixture import GaussianMixture as SklearnGaussianMixture
 from sklearn.mixture._gaussian_mixture import _compute_precision_cholesky
 
 import dpgm
 from dpgm.errors import ConfigTypeError
 
-DPGM = [sys.executable, "-m", "dpgm.cli"]
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 ITERATION = re.compile(r"dpgm: iteration (?P<iteration>\d+)  loglik (?P<loglik>-?[\d,]+\.\d\d)(?:  change \S+)?"
                        r"  (?P<rate>\S+) s/pass(?:  restart #(?P<restart>\d+))?$")
@@ -41,18 +41,9 @@ LATENT_CLASS = ("model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub, 
 OBSERVED = ["xray", "dysp", "tub", "smoke"]
 
 
-def environment() -> dict:
-    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    env.pop("DASK_SCHEDULER_ADDRESS", None)
-    return env
-
-
 def run(*args, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment(),
-                            timeout=300)
-    if check and result.returncode != 0:
-        raise AssertionError(f"exit {result.returncode}: {result.stderr}")
-    return result
+    """``dpgm ARGS``; on the session's cluster in the tests that ask for it (``shared_cluster``)."""
+    return run_dpgm(*args, check=check, timeout=300)
 
 
 def _number(text: str) -> float:
@@ -115,6 +106,7 @@ def _check_batch_log(stderr: str) -> list[str]:
     return lines
 
 
+@pytest.mark.usefixtures("shared_cluster")
 def test_cli_mixture_says_one_line_per_iteration_of_the_best_restart(tmp_path):
     """4 components to 3 clusters, 4 restarts, pruning: three restarts are dropped, the best converges. The
     log has n_iter iteration lines (not restarts x iterations) plus a few summaries; the final log-likelihood
@@ -123,8 +115,7 @@ def test_cli_mixture_says_one_line_per_iteration_of_the_best_restart(tmp_path):
     spec = tmp_path / "gmm.yaml"
     spec.write_text("model: gaussian_mixture\nn_components: 4\ncovariance_type: full\nn_init: 4\nrandom_state: 0\n"
                     "tol: 1e-7\nmax_iter: 300\nprune_restarts: true\n")
-    result = run("fit", spec, store, "--out", tmp_path / "m.zarr", "--report", tmp_path / "r.json",
-                 "--workers", "1")
+    result = run("fit", spec, store, "--out", tmp_path / "m.zarr", "--report", tmp_path / "r.json")
     report = json.loads((tmp_path / "r.json").read_text())
     lines = _check_batch_log(result.stderr)
     n_init = len(report["info"]["restart_histories"])
@@ -165,14 +156,14 @@ def _latent_class_loglik(model, store) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_cluster")
 def test_cli_discrete_em_batch_log_quiet_and_verbose(tmp_path):
     """A latent class model with 3 restarts on a Zarr store: one timestamped line per iteration; -q says
     nothing; -v adds one line per restart per iteration (the restarts' own records)."""
     store = _asia_store(tmp_path)
     spec = tmp_path / "lca.yaml"
     spec.write_text(LATENT_CLASS)
-    result = run("fit", spec, store, "--out", tmp_path / "m.zarr", "--report", tmp_path / "r.json",
-                 "--workers", "1")
+    result = run("fit", spec, store, "--out", tmp_path / "m.zarr", "--report", tmp_path / "r.json")
     report = json.loads((tmp_path / "r.json").read_text())
     lines = _check_batch_log(result.stderr)
     _check_iteration_lines(lines, report)
@@ -182,11 +173,11 @@ def test_cli_discrete_em_batch_log_quiet_and_verbose(tmp_path):
     _check_outcome(lines[-1], report)
     assert report["loglik"] == pytest.approx(_latent_class_loglik(dpgm.load(tmp_path / "m.zarr"), store), rel=1e-9)
 
-    quiet = run("-q", "fit", spec, store, "--out", tmp_path / "q.zarr", "--workers", "1")
+    quiet = run("-q", "fit", spec, store, "--out", tmp_path / "q.zarr")
     assert quiet.stderr == "", quiet.stderr
     assert quiet.stdout.splitlines()[:3] == result.stdout.splitlines()[:3]  # the same fit
 
-    verbose = run("-v", "fit", spec, store, "--out", tmp_path / "v.zarr", "--workers", "1")
+    verbose = run("-v", "fit", spec, store, "--out", tmp_path / "v.zarr")
     detail = [line for line in verbose.stderr.splitlines() if re.search(r"dpgm: restart #\d+: iteration ", line)]
     assert len(detail) == sum(len(h) for h in report["info"]["restart_histories"])
     for line in detail:
@@ -195,6 +186,7 @@ def test_cli_discrete_em_batch_log_quiet_and_verbose(tmp_path):
         assert abs(_number(loglik) - record["loglik"]) <= 0.005 + 1e-12 * abs(record["loglik"])
 
 
+@pytest.mark.usefixtures("shared_cluster")
 def test_cli_in_a_terminal_shows_one_fit_level_display_and_no_dask_bar(tmp_path):
     """stderr a pseudo-terminal: a counter of iterations (tqdm) with the iteration lines above it, no
     timestamps, and never Dask's per-pass bar."""
@@ -204,8 +196,8 @@ def test_cli_in_a_terminal_shows_one_fit_level_display_and_no_dask_bar(tmp_path)
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal has a size
     process = subprocess.Popen([*DPGM, "fit", str(spec), str(store), "--out", str(tmp_path / "m.zarr"), "--report",
-                                str(tmp_path / "r.json"), "--workers", "1"], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=terminal, env=environment())
+                                str(tmp_path / "r.json")], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=terminal, env=cli_environment())
     os.close(terminal)
     chunks, deadline = [], time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -315,11 +307,11 @@ def test_a_script_without_a_terminal_is_quiet_unless_logging_says_info(tmp_path)
     script = tmp_path / "fit.py"
     script.write_text(textwrap.dedent(SCRIPT))
     quiet = subprocess.run([sys.executable, str(script), str(store), "default"], capture_output=True, text=True,
-                           env=environment(), timeout=300)
+                           env=cli_environment(own_cluster=True), timeout=300)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     n_iter = int(quiet.stdout.split()[-1])
     logged = subprocess.run([sys.executable, str(script), str(store), "info"], capture_output=True, text=True,
-                            env=environment(), timeout=300)
+                            env=cli_environment(own_cluster=True), timeout=300)
     assert logged.returncode == 0, logged.stderr
     assert len(re.findall(r"(?m)^INFO:dpgm:iteration \d+  loglik ", logged.stderr)) == n_iter, logged.stderr
     assert len(re.findall(r"(?m)^INFO:dpgm:converged after ", logged.stderr)) == 1

@@ -84,11 +84,9 @@ def security() -> object | None:
     if not all(given.values()):
         missing = [name for name, value in given.items() if not value]
         raise click.UsageError(f"{', '.join(TLS_OPTIONS)} go together: {', '.join(missing)} missing")
-    from distributed.security import Security
+    from dpgm.cluster import tls_security
 
-    ca, cert, key = given.values()
-    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, tls_scheduler_cert=cert,
-                    tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
+    return tls_security(*given.values())
 
 
 def _remember_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

@@ -88,6 +88,9 @@ def claimed(option: str, path: str | os.PathLike[str] | None, *, overwrite: bool
             held = stack.enter_context(claim(path, overwrite=overwrite, take_stale=folder, storage_options=options))
         except OutputBusy as error:
             raise Failure(f"{option} {os.fspath(path)!r} {error.why}", EX_CANTCREAT) from None
+        if held.existed and not overwrite and not folder:  # appeared after check_output: never replaced unasked
+            raise Failure(f"{option} {os.fspath(path)!r} exists (written after this command checked it); pass "
+                          "--overwrite to replace it", EX_CANTCREAT)
         try:
             yield
         except BaseException:

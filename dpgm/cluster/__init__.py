@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLUSTERS", "JOBQUEUE_CLUSTERS", "PASS_RETRIES", "WORKER_ENV", "NoWorkers", "SchedulerUnreachable",
            "UnguardedScript", "compute", "connect", "current_client", "embedded_cluster", "interrupt", "job_script",
-           "pass_name"]
+           "pass_name", "tls_security"]
 
 
 def current_client() -> Client | None:
@@ -200,6 +200,20 @@ def connect(
 
 
 _EMBEDDED: dict[int, EmbeddedCluster] = {}
+
+
+def tls_security(ca_file: str, cert: str, key: str) -> Any:
+    """A ``distributed.security.Security`` speaking TLS only, with one certificate for every role.
+
+    What ``dask scheduler`` / ``dask worker --tls-ca-file F --tls-cert C --tls-key K`` take: ``ca_file``
+    holds the authority that signed the certificates, ``cert`` and ``key`` (PEM) are the client's, and
+    the scheduler's and workers' of a cluster :func:`connect` starts (``connect(security=...)``).
+    """
+    from distributed.security import Security
+
+    return Security(tls_ca_file=str(ca_file), tls_client_cert=str(cert), tls_client_key=str(key),
+                    tls_scheduler_cert=str(cert), tls_scheduler_key=str(key), tls_worker_cert=str(cert),
+                    tls_worker_key=str(key), require_encryption=True)
 
 
 def embedded_cluster(client: Client) -> EmbeddedCluster | None:

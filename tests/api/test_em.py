@@ -155,6 +155,7 @@ def test_mcar_fit_is_close_to_truth_and_same_on_cluster_and_in_memory(tmp_path, 
         assert np.all(np.abs(fitted - true) <= 4 * standard_error), (v, np.abs(fitted - true) / standard_error)
 
 
+@pytest.mark.usefixtures("shared_cluster")  # the dpgm command on the session's cluster (cli_runs)
 def test_predict_proba_equals_bayes_rule_and_is_written_back(tmp_path, client):
     """Oracle: P(class | answers) by Bayes' rule, row by row, from the fitted tables."""
     truth = _separated_truth()
@@ -174,11 +175,9 @@ def test_predict_proba_equals_bayes_rule_and_is_written_back(tmp_path, client):
     expected = np.exp(log_post - log_post.max(axis=1, keepdims=True))
     expected /= expected.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(proba, expected, rtol=1e-10, atol=1e-14)
-    import subprocess
-    import sys
+    from cli_runs import run_dpgm
 
-    subprocess.run([sys.executable, "-m", "dpgm.cli", "predict", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"),
-                    "--variable", "class", "--workers", "1"], check=True, capture_output=True, timeout=180)
+    run_dpgm("predict", tmp_path / "m.zarr", tmp_path / "d.zarr", "--variable", "class", check=True, timeout=180)
     written = dpgm.open_dataset(tmp_path / "d.zarr")
     assert written.class_proba.attrs["labels"] == ["0", "1", "2"]
     np.testing.assert_allclose(written.class_proba.values, expected, rtol=1e-10, atol=1e-14)

@@ -1,37 +1,34 @@
 """What a batch job sees (stderr a pipe, not a terminal): one-line warnings, plain progress lines from
-`dpgm convert`, and default chunks that give every worker several — all in real CLI subprocesses."""
+`dpgm convert`, and default chunks that give every worker several — all in real CLI subprocesses (the
+first two on the session's cluster, ``cli_runs``; the last starts its own two workers, its subject)."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pandas as pd
+import pytest
 import zarr
+from cli_runs import run_dpgm
 
 import dpgm
 from dpgm.spec import build_model, read_spec
 
-DPGM = [sys.executable, "-m", "dpgm.cli"]
+
+def run(*args, own_cluster: bool = False):
+    return run_dpgm(*args, timeout=300, own_cluster=own_cluster)
 
 
-def run(*args) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    environment.pop("DASK_SCHEDULER_ADDRESS", None)
-    return subprocess.run([*DPGM, *map(str, args)], capture_output=True, text=True, env=environment, timeout=300)
-
-
+@pytest.mark.usefixtures("shared_cluster")
 def test_a_fit_that_does_not_converge_prints_its_warning_as_one_line(tmp_path):
     store = tmp_path / "asia.zarr"
     dpgm.sample_bayesian_network(dpgm.load_network("asia"), 2000, store, seed=0, chunk_rows=500)
     (tmp_path / "lca.yaml").write_text("model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub]\n"
                                        "random_state: 0\ntol: 0.0\nmax_iter: 4\n")
-    result = run("fit", tmp_path / "lca.yaml", store, "--out", tmp_path / "m.zarr", "--workers", "1")
+    result = run("fit", tmp_path / "lca.yaml", store, "--out", tmp_path / "m.zarr")
     assert result.returncode == 3, result.stderr  # stopped at max_iter: the documented exit code
     lines = result.stderr.splitlines()
     warned = [line for line in lines if "warn" in line.lower() or "tol" in line]
@@ -48,12 +45,13 @@ def test_a_fit_that_does_not_converge_prints_its_warning_as_one_line(tmp_path):
         np.testing.assert_allclose(fitted.cpds[variable].values, cpd.values, rtol=1e-12, err_msg=variable)
 
 
+@pytest.mark.usefixtures("shared_cluster")
 def test_convert_in_a_batch_job_logs_plain_progress_lines_and_matches_pandas(tmp_path):
     rng = np.random.default_rng(5)
     frame = pd.DataFrame({"colour": rng.choice(["red", "green", "blue"], 30_000),
                           "size": rng.integers(1, 4, 30_000).astype(str)})
     frame.to_csv(tmp_path / "in.csv", index=False)
-    result = run("convert", tmp_path / "in.csv", tmp_path / "out.zarr", "--workers", "1")
+    result = run("convert", tmp_path / "in.csv", tmp_path / "out.zarr")
     assert result.returncode == 0, result.stderr
     passes = re.findall(r"(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d dpgm: pass (\S+) finished [\d.]+ s$", result.stderr)
     assert passes == ["dpgm-convert-discover", "dpgm-convert-encode"], result.stderr  # timestamped, named
@@ -64,7 +62,8 @@ def test_convert_in_a_batch_job_logs_plain_progress_lines_and_matches_pandas(tmp
 
 def test_generate_default_chunks_give_two_workers_several_chunks_each(tmp_path):
     rows = 200_000
-    result = run("generate", "asia", tmp_path / "g.zarr", "--rows", rows, "--workers", "2", "--seed", "1")
+    result = run("generate", "asia", tmp_path / "g.zarr", "--rows", rows, "--workers", "2", "--seed", "1",
+                 own_cluster=True)
     assert result.returncode == 0, result.stderr
     chunk = zarr.open_array(str(tmp_path / "g.zarr" / "smoke"), mode="r").chunks[0]
     n_chunks = math.ceil(rows / chunk)

@@ -1,9 +1,11 @@
 """Hostile and unlucky inputs: every failure is one line naming the culprit, a documented exit code,
 and no half-written output left behind or accepted.
 
-CLI cases run the real ``.venv/bin/dpgm`` in subprocesses. Those that fail before any cluster
-starts (and a few on a one-worker cluster) run concurrently in one pool (``cli_results``) so the
-suite stays fast; each case is still its own test. The same refusals from Python are in
+CLI cases run the real ``.venv/bin/dpgm`` in subprocesses. They run concurrently in one pool
+(``cli_results``) so the suite stays fast, and those that reach a cluster (a disk that fills up, a
+corrupted chunk) send their work to the session's cluster (``cli_runs``); each case is still its own
+test. Cases about the connection itself (``--workers``, a scheduler that does not answer) and the
+signal and scheduler-kill tests run without it. The same refusals from Python are in
 ``tests/api/test_refusals.py``.
 """
 
@@ -27,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from cli_runs import error_line
+from cli_runs import SHARED, cli_environment, error_line
 
 import dpgm
 from dpgm.errors import ConfigTypeError, TableTooLarge
@@ -37,15 +39,13 @@ ASIA_SPEC = "model: bayesian_network\nnetwork: asia\n"
 LCA = "model: latent_class\nn_classes: 2\nobserved: [xray, dysp, tub]\nrandom_state: 0\n"
 
 
-def environment() -> dict[str, str]:
-    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    env.pop("DASK_SCHEDULER_ADDRESS", None)
-    return env
+def environment(*, own_cluster: bool = False) -> dict[str, str]:
+    return cli_environment(own_cluster=own_cluster)
 
 
-def run(*args, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([DPGM, *map(str, args)], capture_output=True, text=True, env=environment(),
-                          timeout=timeout)
+def run(*args, timeout: float = 180, own_cluster: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run([DPGM, *map(str, args)], capture_output=True, text=True,
+                          env=environment(own_cluster=own_cluster), timeout=timeout)
 
 
 def leftovers(folder: Path) -> list[Path]:
@@ -148,6 +148,7 @@ class Case:
     absent: tuple[str, ...] = ()  # outputs that must not exist afterwards
     needs: str | None = None  # "full" / "readonly": a mount the case needs
     category: str = ""
+    own_cluster: bool = False  # the case is about the connection: not on the session's cluster
 
 
 def _fit(spec: str, out: str = "{w}/o/m.zarr", *extra: str, data: str = "{w}/asia.zarr") -> tuple[str, ...]:
@@ -174,7 +175,7 @@ CASES = [
     Case("usage-scheduler-not-a-port", ("counts", "{w}/asia.zarr", "--scope", "smoke", "--scheduler",
                                         "host:notaport"), 2, "--scheduler", category="usage"),
     Case("usage-workers-zero", ("generate", "asia", "{w}/o/g.zarr", "--rows", "10", "--workers", "0"), 2,
-         "--workers", category="usage"),
+         "--workers", category="usage", own_cluster=True),
     Case("usage-resume-without-checkpoint", (*_fit("lca"), "--resume"), 2, "--checkpoint", category="usage"),
     Case("usage-plot-format", (*_fit("lca"), "--plot", "{w}/o/plot.txt"), 2, "--plot", category="usage"),
     # sizes refused in O(model) time (78 / 2)
@@ -214,34 +215,36 @@ CASES = [
     # scheduler (69)
     Case("scheduler-not-answering", ("counts", "{w}/asia.zarr", "--scope", "smoke", "--scheduler",
                                      "tcp://127.0.0.1:9", "--connect-timeout", "1"), 69, "127.0.0.1:9",
-         category="scheduler"),
-    # on a one-worker cluster: a disk that fills up (74), a corrupted chunk (65)
-    Case("full-disk-fit", _fit("lca", "{w}/full/m.zarr", "--workers", "1"), 74, "No space left",
-         ("{w}/full/m.zarr",), needs="full", category="full-disk"),
-    Case("full-disk-counts", ("counts", "{w}/asia.zarr", "--scope", "smoke,lung", "--out", "{w}/full/c.json",
-                              "--workers", "1"), 74, "No space left", ("{w}/full/c.json",), needs="full",
+         category="scheduler", own_cluster=True),
+    # on the session's cluster: a disk that fills up (74), a corrupted chunk (65)
+    Case("full-disk-fit", _fit("lca", "{w}/full/m.zarr"), 74, "No space left", ("{w}/full/m.zarr",), needs="full",
          category="full-disk"),
-    Case("full-disk-generate", ("generate", "asia", "{w}/full/g.zarr", "--rows", "1e5", "--workers", "1"), 74,
-         "No space left", ("{w}/full/g.zarr",), needs="full", category="full-disk"),
-    Case("corrupted-chunk-fit", _fit("lca", "{w}/o/c.zarr", "--workers", "1", data="{w}/corrupted.zarr"), 65,
-         "xray", ("{w}/o/c.zarr",), category="input"),
+    Case("full-disk-counts", ("counts", "{w}/asia.zarr", "--scope", "smoke,lung", "--out", "{w}/full/c.json"), 74,
+         "No space left", ("{w}/full/c.json",), needs="full", category="full-disk"),
+    Case("full-disk-generate", ("generate", "asia", "{w}/full/g.zarr", "--rows", "1e5"), 74, "No space left",
+         ("{w}/full/g.zarr",), needs="full", category="full-disk"),
+    Case("corrupted-chunk-fit", _fit("lca", "{w}/o/c.zarr", data="{w}/corrupted.zarr"), 65, "xray",
+         ("{w}/o/c.zarr",), category="input"),
 ]
 
 
 @pytest.fixture(scope="module")
-def cli_results(world):
-    """Every case of CASES run once, concurrently (two at a time per core)."""
+def cli_results(world, client):
+    """Every case of CASES run once, concurrently (two at a time per core), on the session's cluster
+    unless the case says otherwise."""
     def one(case: Case):
         if case.needs and getattr(world, case.needs):
             return None
         try:
-            return run(*(a.format(w=world.root) for a in case.args), timeout=120)
+            return run(*(a.format(w=world.root) for a in case.args), timeout=120, own_cluster=case.own_cluster)
         except subprocess.TimeoutExpired as error:
             return error  # reported by the case's own test
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 1)) as pool:
-        futures = {case.id: pool.submit(one, case) for case in CASES}
-        return {name: future.result() for name, future in futures.items()}
+    with pytest.MonkeyPatch.context() as patch:  # what the shared_cluster fixture does, for the whole module
+        patch.setenv(SHARED, client.scheduler.address)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 1)) as pool:
+            futures = {case.id: pool.submit(one, case) for case in CASES}
+            return {name: future.result() for name, future in futures.items()}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -259,6 +262,7 @@ def test_cli_refuses_cleanly(case, world, cli_results):
     assert (world.root / "exists.json").read_text() == "{}"
 
 
+@pytest.mark.usefixtures("shared_cluster")
 def test_cli_internal_error_shows_the_traceback_only_with_verbose(world, tmp_path):
     """An unexpected exception is exit 70 with one line; -v adds the traceback (a model store whose
     attributes are not what dpgm writes provokes one in the loader)."""

@@ -1,9 +1,12 @@
 """One writer per output, --overwrite that never destroys the good store first, and the inputs of the
 data writers classified before anything is written.
 
-Every test runs real ``dpgm`` processes on real stores. The oracles are NumPy/pandas: a store written
-by two racing commands must hold exactly the rows of the same store generated alone (or pandas' read
-of the CSV), an old store kept by a failed overwrite must equal what was read from it before.
+Every test runs real ``dpgm`` processes on real stores, on the session's cluster (``cli_runs``) but for
+racing writers (each one's own cluster start keeps the first writing while the second claims), a writer
+killed with its workers and the workers started in another folder. The oracles are
+NumPy/pandas: a store written by two racing commands must hold exactly the rows of the same store
+generated alone (or pandas' read of the CSV), an old store kept by a failed overwrite must equal what
+was read from it before.
 """
 
 from __future__ import annotations
@@ -22,39 +25,36 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cli_runs import error_line, s3_server
+from cli_runs import DPGM, cli_environment, error_line, run_dpgm, s3_server
 
 import dpgm
+
+pytestmark = pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
 
 HOST = socket.gethostname()
 
 
-def environment(cwd_path: bool = False) -> dict[str, str]:
-    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    env.pop("DASK_SCHEDULER_ADDRESS", None)
+def environment(*, own_cluster: bool = False) -> dict[str, str]:
+    env = cli_environment(own_cluster=own_cluster)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
-def command(*args) -> list[str]:
-    return [sys.executable, "-m", "dpgm.cli", *map(str, args)]
+def run(*args, cwd=None, timeout: float = 240, own_cluster: bool = False) -> subprocess.CompletedProcess:
+    return run_dpgm(*args, cwd=cwd, timeout=timeout, env=environment(own_cluster=own_cluster))
 
 
-def run(*args, cwd=None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(command(*args), capture_output=True, text=True, env=environment(), cwd=cwd,
-                          timeout=timeout)
-
-
-def start(*args, cwd=None) -> subprocess.Popen:
+def start(*args, own_cluster: bool = False) -> subprocess.Popen:
     """A ``dpgm`` process in its own session (so a kill reaches its local cluster's workers too)."""
-    return subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=environment(), cwd=cwd, start_new_session=True)
+    return subprocess.Popen([*DPGM, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=environment(own_cluster=own_cluster), start_new_session=True)
 
 
 def race(*commands: tuple) -> list[subprocess.CompletedProcess]:
-    """Start the commands together and wait for all of them."""
-    jobs = [start(*c) for c in commands]
+    """Start the commands together, each with its own one-worker cluster, and wait for all of them. On the
+    session's cluster the first could finish before the second claims the output: no race left to test."""
+    jobs = [start(*c, "--workers", "1", own_cluster=True) for c in commands]
     results = []
     for job in jobs:
         stdout, stderr = job.communicate(timeout=300)
@@ -139,7 +139,7 @@ def assert_store_equals_csv(path, frame: pd.DataFrame) -> None:
 
 def test_two_generates_to_one_new_store(tmp_path):
     out = tmp_path / "g.zarr"
-    args = ("generate", "asia", out, "--rows", "200000", "--chunk-rows", "20000", "--seed", "5", "--workers", "1")
+    args = ("generate", "asia", out, "--rows", "200000", "--chunk-rows", "20000", "--seed", "5")
     results, pids = race(args, args)
     winner_and_loser(results, pids, out)
     dpgm.sample_bayesian_network(dpgm.load_network("asia"), 200_000, tmp_path / "alone.zarr", seed=5,
@@ -151,7 +151,7 @@ def test_two_generates_to_one_new_store(tmp_path):
 def test_two_converts_to_one_new_store(tmp_path):
     frame = asia_csv(tmp_path / "in.csv", 200_000, seed=2)
     out = tmp_path / "c.zarr"
-    args = ("convert", tmp_path / "in.csv", out, "--chunk-rows", "20000", "--workers", "1")
+    args = ("convert", tmp_path / "in.csv", out, "--chunk-rows", "20000")
     results, pids = race(args, args)
     winner_and_loser(results, pids, out)
     assert_store_equals_csv(out, frame)
@@ -162,7 +162,7 @@ def test_two_fits_to_one_out(tmp_path):
     dpgm.sample_bayesian_network(dpgm.load_network("asia"), 20_000, tmp_path / "d.zarr", seed=1, chunk_rows=5000)
     (tmp_path / "spec.yaml").write_text("model: bayesian_network\nnetwork: asia\n")
     out = tmp_path / "m.zarr"
-    args = ("fit", tmp_path / "spec.yaml", tmp_path / "d.zarr", "--out", out, "--workers", "1")
+    args = ("fit", tmp_path / "spec.yaml", tmp_path / "d.zarr", "--out", out)
     results, pids = race(args, args)
     winner_and_loser(results, pids, out)
     # oracle: the maximum-likelihood table of dysp given (bronc, either) is pandas' normalized counts
@@ -184,9 +184,9 @@ def test_a_held_output_is_refused_with_73_naming_the_writer(tmp_path):
     (tmp_path / "spec.yaml").write_text("model: bayesian_network\nnetwork: asia\n")
     out = tmp_path / "held.zarr"
     with claim(out):
-        for args in [("generate", "asia", out, "--rows", "100", "--workers", "1"),
-                     ("convert", tmp_path / "in.csv", out, "--workers", "1"),
-                     ("fit", tmp_path / "spec.yaml", tmp_path / "d.zarr", "--out", out, "--workers", "1")]:
+        for args in [("generate", "asia", out, "--rows", "100"),
+                     ("convert", tmp_path / "in.csv", out),
+                     ("fit", tmp_path / "spec.yaml", tmp_path / "d.zarr", "--out", out)]:
             line = error_line(run(*args), 73)
             assert str(out) in line and f"pid {os.getpid()}" in line and HOST in line, (args, line)
             assert not out.exists()
@@ -196,7 +196,7 @@ def test_a_held_output_is_refused_with_73_naming_the_writer(tmp_path):
         thread.join()
         assert len(failures) == 1 and f"pid {os.getpid()}" in str(failures[0]), failures
     assert not Path(lock_path(out)).exists()
-    assert run("generate", "asia", out, "--rows", "100", "--workers", "1").returncode == 0
+    assert run("generate", "asia", out, "--rows", "100").returncode == 0
     assert_store_equals_csv(tmp_path / "d.zarr", frame)
 
 
@@ -220,7 +220,7 @@ def test_claims_are_exclusive_across_processes(tmp_path):
               "except OutputBusy as error:\n    print('busy', error, flush=True)\n")
     go = tmp_path / "go"
     jobs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "x.zarr"), str(go)],
-                             stdout=subprocess.PIPE, text=True, env=environment()) for _ in range(8)]
+                             stdout=subprocess.PIPE, text=True, env=environment(own_cluster=True)) for _ in range(8)]
     for job in jobs:
         assert job.stdout.readline() == "ready\n"
     go.touch()
@@ -238,12 +238,12 @@ def test_claims_are_exclusive_across_processes(tmp_path):
 def test_convert_overwrite_with_a_bad_csv_keeps_the_good_store(tmp_path):
     frame = asia_csv(tmp_path / "good.csv", 3000, seed=4)
     out = tmp_path / "d.zarr"
-    assert run("convert", tmp_path / "good.csv", out, "--chunk-rows", "500", "--workers", "1").returncode == 0
+    assert run("convert", tmp_path / "good.csv", out, "--chunk-rows", "500").returncode == 0
     bad = frame.copy()
     bad["smoke"] = np.arange(len(bad)).astype(str)
     bad.loc[2500, "smoke"] = "oops"  # numbers but for one token: the parser's rule refuses it
     bad.to_csv(tmp_path / "bad.csv", index=False)
-    line = error_line(run("convert", tmp_path / "bad.csv", out, "--overwrite", "--workers", "1"), 65)
+    line = error_line(run("convert", tmp_path / "bad.csv", out, "--overwrite"), 65)
     assert "'smoke'" in line
     assert_store_equals_csv(out, frame)
     assert siblings(out) == []
@@ -296,7 +296,7 @@ def test_generate_overwrite_killed_midway_keeps_the_old_store_then_the_stale_loc
     dpgm.sample_bayesian_network(dpgm.load_network("asia"), 5000, out, seed=1, chunk_rows=1000)
     before = codes(out)
     job = start("generate", "asia", out, "--rows", "4e6", "--chunk-rows", "1e5", "--seed", "2", "--overwrite",
-                "--workers", "1")
+                "--workers", "1", own_cluster=True)  # killed with its workers: none of them writes after
     pending = tmp_path / f"g.zarr.dpgm-new-{job.pid}"
     deadline = time.time() + 180
     while time.time() < deadline and not list(pending.glob("asia/c/*")):
@@ -311,10 +311,9 @@ def test_generate_overwrite_killed_midway_keeps_the_old_store_then_the_stale_loc
         np.testing.assert_array_equal(after[name], before[name])
     assert Path(lock_path(out)).exists()
 
-    line = error_line(run("generate", "asia", out, "--rows", "3000", "--workers", "1"), 73)
+    line = error_line(run("generate", "asia", out, "--rows", "3000"), 73)
     assert str(out) in line and f"pid {job.pid}" in line and "no longer running" in line and "--overwrite" in line
-    done = run("generate", "asia", out, "--rows", "3000", "--chunk-rows", "1000", "--seed", "3", "--overwrite",
-               "--workers", "1")
+    done = run("generate", "asia", out, "--rows", "3000", "--chunk-rows", "1000", "--seed", "3", "--overwrite")
     assert done.returncode == 0, done.stderr
     assert f"pid {job.pid}" in done.stderr  # the stale lock taken over is reported
     dpgm.sample_bayesian_network(dpgm.load_network("asia"), 3000, tmp_path / "alone.zarr", seed=3, chunk_rows=1000)
@@ -328,18 +327,18 @@ def test_stale_lock_of_a_dead_pid(tmp_path):
     out = tmp_path / "g.zarr"
     pid = dead_pid()
     write_lock(out, pid)
-    done = run("generate", "asia", out, "--rows", "300", "--workers", "1")
+    done = run("generate", "asia", out, "--rows", "300")
     assert done.returncode == 0, done.stderr
     assert f"pid {pid}" in done.stderr and "no longer running" in done.stderr
     assert not Path(lock_path(out)).exists()
 
     write_lock(out, pid)
-    line = error_line(run("generate", "asia", out, "--rows", "300", "--workers", "1"), 73)
+    line = error_line(run("generate", "asia", out, "--rows", "300"), 73)
     assert str(out) in line and f"pid {pid}" in line and "no longer running" in line and "--overwrite" in line
-    assert run("generate", "asia", out, "--rows", "300", "--workers", "1", "--overwrite").returncode == 0
+    assert run("generate", "asia", out, "--rows", "300", "--overwrite").returncode == 0
 
     lock = write_lock(out, 12345, host="elsewhere.example")
-    line = error_line(run("generate", "asia", out, "--rows", "300", "--workers", "1", "--overwrite"), 73)
+    line = error_line(run("generate", "asia", out, "--rows", "300", "--overwrite"), 73)
     assert "pid 12345" in line and "elsewhere.example" in line and str(lock) in line
     assert dpgm.open_dataset(out).sizes["row"] == 300
 
@@ -355,26 +354,24 @@ def test_stale_lock_of_a_dead_pid(tmp_path):
 ])
 def test_column_names_that_cannot_be_variables_are_refused(tmp_path, header, column, hint):
     (tmp_path / "in.csv").write_text(header + "\n1,x\n2,y\n3,x\n")
-    line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "o.zarr", "--workers", "1"), 65)
+    line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "o.zarr"), 65)
     assert f"column {column!r}" in line and hint in line, line
     assert not (tmp_path / "o.zarr").exists() and siblings(tmp_path / "o.zarr") == []
 
 
 def test_weight_column_clash_is_refused_and_rename_fixes_it(tmp_path):
     (tmp_path / "in.csv").write_text("weight,a,w,row\n1,x,3,7\n2,y,4,8\n")
-    line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "o.zarr", "--weight", "w",
-                          "--workers", "1"), 65)
+    line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "o.zarr", "--weight", "w"), 65)
     assert "column 'weight'" in line and "--rename weight=" in line, line
     done = run("convert", tmp_path / "in.csv", tmp_path / "o.zarr", "--weight", "w", "--rename", "weight=weight_in",
-               "--rename", "row=row_id", "--workers", "1")
+               "--rename", "row=row_id")
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(tmp_path / "in.csv")
     ds = dpgm.open_dataset(tmp_path / "o.zarr")
     assert sorted(ds.data_vars) == ["a", "row_id", "weight", "weight_in"]
     np.testing.assert_array_equal(ds.weight.values, frame.w.to_numpy(dtype=float))
     assert [ds.row_id.attrs["states"][c] for c in ds.row_id.values] == frame.row.astype(str).tolist()
-    line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "p.zarr", "--rename", "nothere=x",
-                          "--workers", "1"), 65)
+    line = error_line(run("convert", tmp_path / "in.csv", tmp_path / "p.zarr", "--rename", "nothere=x"), 65)
     assert "'nothere'" in line
 
 
@@ -405,20 +402,21 @@ def test_relative_paths_reach_workers_running_in_another_folder(tmp_path, monkey
     with dask_processes(there, 1) as scheduler_file:
         monkeypatch.chdir(tmp_path)
         connect = ("--scheduler-file", scheduler_file)
-        done = run("convert", "asia.csv", "asia.zarr", "--chunk-rows", "1000", *connect, cwd=here)
+        away = {"cwd": here, "own_cluster": True}  # the workers of the scheduler file, not the session's
+        done = run("convert", "asia.csv", "asia.zarr", "--chunk-rows", "1000", *connect, **away)
         assert done.returncode == 0, done.stderr
-        done = run("generate", "asia", "gen.zarr", "--rows", "2000", "--chunk-rows", "500", *connect, cwd=here)
+        done = run("generate", "asia", "gen.zarr", "--rows", "2000", "--chunk-rows", "500", *connect, **away)
         assert done.returncode == 0, done.stderr
-        done = run("counts", "asia.zarr", "--scope", "smoke,lung", "--json", *connect, cwd=here)
+        done = run("counts", "asia.zarr", "--scope", "smoke,lung", "--json", *connect, **away)
         assert done.returncode == 0, done.stderr
         table = json.loads(done.stdout)["tables"]["smoke,lung"]
         expected = pd.crosstab(frame.smoke, frame.lung)
         for i, smoke in enumerate(table["states"]["smoke"]):
             for j, lung in enumerate(table["states"]["lung"]):
                 assert table["counts"][i][j] == expected.loc[smoke, lung]
-        done = run("fit", "spec.yaml", "asia.zarr", "--out", "m.zarr", *connect, cwd=here)
+        done = run("fit", "spec.yaml", "asia.zarr", "--out", "m.zarr", *connect, **away)
         assert done.returncode in (0, 3), done.stderr
-        done = run("predict", "m.zarr", "asia.zarr", "--variable", "class", *connect, cwd=here)
+        done = run("predict", "m.zarr", "asia.zarr", "--variable", "class", *connect, **away)
         assert done.returncode == 0, done.stderr
     posterior = dpgm.open_dataset(here / "asia.zarr")["class_proba"].values
     np.testing.assert_allclose(posterior.sum(axis=1), 1.0, rtol=1e-12)
@@ -440,13 +438,12 @@ def test_s3_output_is_claimed_exclusively(s3, tmp_path):
     url = f"s3://dpgm-writers/{uuid.uuid4().hex}/g.zarr"
     options = ("--storage-options", json.dumps(s3))
     with claim(url, storage_options=s3):
-        line = error_line(run("generate", "asia", url, "--rows", "300", "--workers", "1", *options), 73)
+        line = error_line(run("generate", "asia", url, "--rows", "300", *options), 73)
         assert url in line and f"pid {os.getpid()}" in line and HOST in line, line
         fs = fsspec.filesystem("s3", **s3)
         fs.invalidate_cache()
         assert not fs.exists(url)
-    args = ("generate", "asia", url, "--rows", "3000", "--chunk-rows", "500", "--seed", "4", "--workers", "1",
-            *options)
+    args = ("generate", "asia", url, "--rows", "3000", "--chunk-rows", "500", "--seed", "4", *options)
     results, pids = race(args, args)
     codes_ = sorted(r.returncode for r in results)
     assert codes_ == [0, 73], [(r.returncode, r.stderr) for r in results]
@@ -528,7 +525,7 @@ def test_docs_one_writer_per_output_runs_as_written(tmp_path):
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     (tmp_path / "script.py").write_text("\n".join(blocks))
     done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True,
-                          env=environment(), timeout=300)
+                          env=environment(own_cluster=True), timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"on host {HOST!r}" in done.stdout and "column 'row'" in done.stdout and "--rename" not in done.stdout
     frame = dpgm.to_pandas(dpgm.open_dataset(tmp_path / "answers.zarr"))

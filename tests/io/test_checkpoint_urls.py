@@ -8,7 +8,7 @@ import warnings
 import fsspec
 import numpy as np
 import pytest
-from cli_runs import s3_server
+from cli_runs import run_dpgm, s3_server
 
 import dpgm
 
@@ -82,11 +82,10 @@ def test_data_on_s3_counted_on_the_cluster_equal_memory(s3, client):
         np.testing.assert_array_equal(on_cluster[scope].values, in_memory[scope].values)
 
 
+@pytest.mark.usefixtures("shared_cluster")  # commands on the session's cluster (cli_runs)
 def test_cli_reads_data_and_checkpoints_on_s3_with_storage_options(s3, tmp_path):
     """`dpgm counts` and `dpgm fit --checkpoint s3://... --storage-options JSON`, then --resume."""
     import json
-    import subprocess
-    import sys
     from pathlib import Path
 
     truth, ds, structure, _ = _problem()
@@ -96,12 +95,11 @@ def test_cli_reads_data_and_checkpoints_on_s3_with_storage_options(s3, tmp_path)
     spec.write_text(json.dumps({"model": "bayesian_network", "edges": [list(e) for e in truth.edges],
                                 "latent": {"either": ["yes", "no"]}, "random_state": 4, "tol": 0,
                                 "max_iter": 3}))
-    dpgm_cli = [str(Path(sys.executable).parent / "dpgm")]
-    options = ["--storage-options", json.dumps(s3), "--workers", "1"]
+    options = ["--storage-options", json.dumps(s3)]
     checkpoint = f"s3://dpgm-runs/{uuid.uuid4().hex}"
 
     def run(*args):
-        return subprocess.run([*dpgm_cli, *map(str, args)], capture_output=True, text=True, timeout=300)
+        return run_dpgm(*args, timeout=300)
 
     counted = run("counts", data, "--scope", "smoke,lung", "--json", *options)
     assert counted.returncode == 0, counted.stderr
