@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dpgm.algorithms.result import FitResult
     from dpgm.api import fit, predict_proba
+    from dpgm.api.cross_validation import Candidate, cross_validate
     from dpgm.api.glm_predict import predict
     from dpgm.api.score import score
     from dpgm.cluster import compute, connect
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm --help` stay fast
     "available_networks": "dpgm.networks",
     "BayesianNetwork": "dpgm.models",
+    "Candidate": "dpgm.api.cross_validation",
     "compute": "dpgm.cluster",
     "connect": "dpgm.cluster",
     "ConvergenceWarning": "dpgm.errors",
@@ -55,6 +57,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "convert": "dpgm.data.convert",
     "Counts": "dpgm.stats",
     "counts": "dpgm.stats.counts",
+    "cross_validate": "dpgm.api.cross_validation",
     "DataError": "dpgm.errors",
     "DpgmWarning": "dpgm.errors",
     "fit": "dpgm.api",
@@ -117,6 +120,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BayesianNetwork",
+    "Candidate",
     "ConvergenceWarning",
     "ConversionReport",
     "Counts",
@@ -140,6 +144,7 @@ __all__ = [
     "connect",
     "convert",
     "counts",
+    "cross_validate",
     "from_pandas",
     "from_pgmpy",
     "fit",

@@ -1,0 +1,160 @@
+"""Several fits advancing together: each pass over the data serves every one of them.
+
+:class:`SharedPasses` runs fit functions side by side, each in a thread of the
+driver, each with a :class:`SharedSource`. A fit's pass (``source.compute(lazy)``)
+does not run at once: it waits until every fit still running has asked for its
+next pass (or finished), and then all the waiting passes run as **one** Dask
+computation, whose reads of the data's chunks their graphs share (each chunk is
+read once). Closed-form fits ask for one pass, so all of them take one; an EM fit
+asks for one per iteration, so ``M`` EM fits take as many passes as the longest
+of them, not their sum. This is how :func:`dpgm.cross_validate` fits every
+candidate on every fold.
+
+The driver's own work (M steps, IPF on counts, glasso on moments) runs in the
+threads, between passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dpgm.stats.source import DataSource
+
+__all__ = ["SharedPasses", "SharedSource"]
+
+
+class _Failed:
+    """A pass that failed: every fit that waited for it raises ``error``."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+@dataclass(frozen=True)
+class SharedSource(DataSource):
+    """A fit's data source whose passes run together with the other fits' of a :class:`SharedPasses`."""
+
+    shared: Any = None
+    index: int = 0
+
+    def compute(self, lazy: Any) -> Any:
+        """Wait for the other fits' next passes and run them all as one (an eager value is returned as it is)."""
+        return self.shared.compute(self.index, lazy)
+
+
+class SharedPasses:
+    """Run fits side by side, their passes merged.
+
+    Parameters
+    ----------
+    client
+        The Dask client the merged passes run on (None: Dask's default scheduler).
+    progress
+        What each merged pass reports to (see :func:`dpgm.cluster.compute`).
+
+    Attributes
+    ----------
+    passes
+        Merged passes run so far.
+    """
+
+    def __init__(self, client: Any = None, progress: Any = False):
+        self.client, self.progress = client, progress
+        self.passes = 0
+        self._lock = threading.Condition()
+        self._waiting: dict[int, Any] = {}
+        self._answers: dict[int, Any] = {}
+        self._running = 0
+        self._closed = False
+
+    def source(self, base: DataSource, index: int) -> SharedSource:
+        """``base`` (its data and schema) as the source of job ``index`` of :meth:`run`."""
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(DataSource)}
+        return SharedSource(**{**fields, "client": self.client, "progress": False}, shared=self, index=index)
+
+    def compute(self, index: int, lazy: Any) -> Any:
+        """Job ``index``'s pass: queued, then answered by the next merged pass."""
+        from dpgm.stats.folds import is_lazy
+
+        if not is_lazy(lazy):
+            return lazy
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the shared passes were stopped")
+            self._waiting[index] = lazy
+            self._lock.notify_all()
+            while index not in self._answers:
+                self._lock.wait()
+            answer = self._answers.pop(index)
+        if isinstance(answer, _Failed):
+            raise answer.error
+        return answer
+
+    def run(self, jobs: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
+        """Run every job (a fit taking its source from :meth:`source`), merging their passes.
+
+        Returns
+        -------
+        list of (bool, object)
+            Per job, in order: ``(True, its result)`` or ``(False, the exception it raised)``.
+        """
+        outcomes: list[tuple[bool, Any]] = [(False, RuntimeError("not run"))] * len(jobs)
+
+        def work(i: int) -> None:
+            try:
+                outcomes[i] = (True, jobs[i]())
+            except BaseException as error:  # reported to the caller with the job's index
+                outcomes[i] = (False, error)
+            finally:
+                with self._lock:
+                    self._running -= 1
+                    self._lock.notify_all()
+
+        threads = [threading.Thread(target=work, args=(i,), name=f"dpgm-fit-{i}", daemon=True)
+                   for i in range(len(jobs))]
+        self._running = len(jobs)
+        for thread in threads:
+            thread.start()
+        try:
+            while self._step():
+                pass
+        finally:
+            self._close()
+            for thread in threads:
+                thread.join()
+        return outcomes
+
+    def _step(self) -> bool:
+        """Wait until every running job waits for a pass, then run their passes as one; False when all are done."""
+        from dpgm.cluster import compute
+        from dpgm.stats.scores import together
+
+        with self._lock:
+            while self._running and len(self._waiting) < self._running:
+                self._lock.wait()
+            if not self._running:
+                return False
+            batch, self._waiting = self._waiting, {}
+        try:
+            values = compute(together(*batch.values()), client=self.client, progress=self.progress)
+            self.passes += 1
+        except Exception as error:
+            values = [_Failed(error)] * len(batch)
+        with self._lock:
+            self._answers.update(zip(batch, values, strict=True))
+            self._lock.notify_all()
+        return True
+
+    def _close(self) -> None:
+        """Answer every waiting job with a failure (an interrupt of the driver): no thread is left waiting."""
+        with self._lock:
+            self._closed = True
+            stopped = _Failed(RuntimeError("the shared passes were stopped"))
+            for index in list(self._waiting):
+                self._answers[index] = stopped
+            self._waiting.clear()
+            self._lock.notify_all()
