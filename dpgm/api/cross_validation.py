@@ -111,6 +111,27 @@ def _check(candidate: Candidate) -> tuple[str, dict, float, int]:
     return method, options, tol, max_iter
 
 
+def scored_variables(model: Any, data: xr.Dataset) -> str:
+    """What a model's score is the log-likelihood of: its variables in ``data`` (``child | parents`` for a GLM)."""
+    if hasattr(model, "child"):
+        return f"{model.child} | {', '.join(sorted(model.parents))}"
+    variables = getattr(model, "variables", None)
+    if variables is None:
+        variables = [model.variable]
+    return ", ".join(sorted(v for v in variables if v in data.data_vars))
+
+
+def _check_comparable(chosen: list[Candidate], data: xr.Dataset) -> None:
+    """Refuse candidates whose scores are log-likelihoods of different variables (not comparable)."""
+    seen = {c.label: scored_variables(c.model, data) for c in chosen}
+    first, *others = seen.items()
+    for label, variables in others:
+        if variables != first[1]:
+            raise ConfigError(f"candidate {label!r} models [{variables}] of the data but {first[0]!r} models "
+                              f"[{first[1]}]: their held-out log-likelihoods are not comparable; give every "
+                              "candidate the same variables (a variable without edges is independent)")
+
+
 def _fold_data(data: xr.Dataset, folds: Any, k: int | None) -> xr.Dataset:
     """``data`` with the weight of the rows of fold ``k`` set to 0 (``k=None``: ``data`` itself)."""
     if k is None:
@@ -172,7 +193,8 @@ def cross_validate(
     ------
     ConfigError
         No candidate, ``folds`` below 2, a method or option a candidate's kind does not take
-        (naming the candidate), ``checkpoint`` / ``resume`` options.
+        (naming the candidate), ``checkpoint`` / ``resume`` options; candidates that model
+        different variables of the data (their log-likelihoods are not comparable).
     DataError
         As for :func:`dpgm.fit` and :func:`dpgm.score`; a fold fit's error is raised naming the
         candidate and the fold.
@@ -198,6 +220,7 @@ def cross_validate(
                         "dpgm.from_table makes weighted rows of it")
     chosen = _candidates(candidates)
     checked = [_check(c) for c in chosen]
+    _check_comparable(chosen, data)
     data = data.copy()
     data.encoding = {}  # the passes read the chunks through the dataset's arrays: merged passes share those reads
     fold_of_row = _fold_codes(data, folds, random_state)

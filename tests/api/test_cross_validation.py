@@ -204,6 +204,9 @@ def test_bad_candidates_and_folds_are_refused_before_any_pass():
         dpgm.cross_validate({"bad": dpgm.Candidate(truth, "mle", {"alpha": 1.0})}, data)
     with pytest.raises(ConfigError, match="'checkpoint'"):
         dpgm.cross_validate([dpgm.Candidate(truth, "mle", {"checkpoint": "x"})], data)
+    narrow = dpgm.BayesianNetwork.from_edges([("smoke", "lung")])
+    with pytest.raises(ConfigError, match=r"candidate 'narrow' models \[lung, smoke\].*not comparable"):
+        dpgm.cross_validate({"asia": truth, "narrow": narrow}, data)
     with pytest.raises(TypeError, match="reads rows"):
         dpgm.cross_validate([truth], dpgm.counts(data, [("smoke", "lung")])[("smoke", "lung")])
 
