@@ -249,7 +249,7 @@ def _fit_all(chosen, checked, data, fold_of_row, plans, client, progress) -> tup
     jobs = []
     for index, (m, k) in enumerate(plans):
         model, (method, options, tol, max_iter) = chosen[m].model, checked[m]
-        source = shared.source(bases[k], index)
+        source = shared.source(bases[k], index, group=k)
         check_sizes(model, source, method, options)
         run = kind_of(model).methods[method].run
         jobs.append(lambda run=run, model=model, source=source, method=method, tol=tol, max_iter=max_iter,
@@ -275,12 +275,21 @@ def _held_out(chosen, fits, data, fold_of_row, folds, client, progress) -> tuple
     from dpgm.stats.scores import together
 
     weights = data[WEIGHT].data if WEIGHT in data.data_vars else None
+    in_memory = isinstance(fold_of_row, np.ndarray)
+    # in memory, each fold's rows are scored alone; chunked data is scored whole and masked (one read per chunk)
+    rows = {k: np.flatnonzero(fold_of_row == k) for k in range(folds)} if in_memory else None
     flat = []
     for m in range(len(chosen)):
         for k in range(folds):
             model = fits[m, k].model
-            values, _ = kind_of(model).score(model, data)
-            flat.extend(held_out(values, fold_of_row, k, weights))
+            if in_memory:
+                subset = data.isel(row=rows[k])
+                values, _ = kind_of(model).score(model, subset)
+                held = subset[WEIGHT].data if weights is not None else None
+                flat.extend(held_out(values, np.full(len(rows[k]), k), k, held))
+            else:
+                values, _ = kind_of(model).score(model, data)
+                flat.extend(held_out(values, fold_of_row, k, weights))
     passes = 0
     if any(is_lazy(x) for x in flat):
         flat, passes = compute(together(*flat), client=client, progress=progress), 1

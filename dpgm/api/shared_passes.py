@@ -27,6 +27,15 @@ from dpgm.stats.source import DataSource
 __all__ = ["SharedPasses", "SharedSource"]
 
 
+class _Memo:
+    """A statistic asked for by several jobs: computed by the first, waited for by the others."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
 class _Failed:
     """A pass that failed: every fit that waited for it raises ``error``."""
 
@@ -40,6 +49,11 @@ class SharedSource(DataSource):
 
     shared: Any = None
     index: int = 0
+    group: Any = None
+
+    def memo(self, key: Any, make: Any) -> Any:
+        """``make()`` once for every job of the same ``group`` (the same data) asking for ``key``."""
+        return self.shared.memo((self.group, key), make)
 
     def compute(self, lazy: Any) -> Any:
         """Wait for the other fits' next passes and run them all as one (an eager value is returned as it is)."""
@@ -69,12 +83,46 @@ class SharedPasses:
         self._waiting: dict[int, Any] = {}
         self._answers: dict[int, Any] = {}
         self._running = 0
+        self._parked = 0  # jobs waiting for another job's statistic (memo)
+        self._memo: dict[Any, _Memo] = {}
         self._closed = False
 
-    def source(self, base: DataSource, index: int) -> SharedSource:
-        """``base`` (its data and schema) as the source of job ``index`` of :meth:`run`."""
+    def source(self, base: DataSource, index: int, group: Any) -> SharedSource:
+        """``base`` (its data and schema) as the source of job ``index`` of :meth:`run`; jobs of the same
+        ``group`` read the same data, and compute a statistic they all ask for once (:meth:`memo`)."""
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(DataSource)}
-        return SharedSource(**{**fields, "client": self.client, "progress": False}, shared=self, index=index)
+        return SharedSource(**{**fields, "client": self.client, "progress": False}, shared=self, index=index,
+                            group=group)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` computed by the first job asking for ``key``; the others wait for its value.
+
+        A waiting job counts as waiting for a pass: the merged pass the first job waits for
+        runs without it.
+        """
+        with self._lock:
+            entry = self._memo.get(key)
+            first = entry is None
+            if first:
+                entry = self._memo[key] = _Memo()
+            else:
+                self._parked += 1
+                self._lock.notify_all()
+        if first:
+            try:
+                entry.value = make()
+            except BaseException as error:
+                entry.error = error
+                raise
+            finally:
+                entry.done.set()
+            return entry.value
+        entry.done.wait()
+        with self._lock:
+            self._parked -= 1
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
 
     def compute(self, index: int, lazy: Any) -> Any:
         """Job ``index``'s pass: queued, then answered by the next merged pass."""
@@ -134,7 +182,7 @@ class SharedPasses:
         from dpgm.stats.scores import together
 
         with self._lock:
-            while self._running and len(self._waiting) < self._running:
+            while self._running and (not self._waiting or len(self._waiting) + self._parked < self._running):
                 self._lock.wait()
             if not self._running:
                 return False

@@ -230,6 +230,16 @@ def counts(
 def count_arrays(source: DataSource, scopes: Iterable[Sequence[str]], *, labelled: bool = False) -> Counts:
     """:func:`counts` of a fit's data source, with plain NumPy tables (axes in scope order) unless ``labelled``:
     the fitting methods read arrays, and labelling many small tables costs more than counting them."""
+    scopes = list(scopes)
+    try:
+        key = ("counts", tuple(s if isinstance(s, str) else tuple(s) for s in scopes), labelled)
+        hash(key)
+    except TypeError:  # a scope that is no sequence of names: refused below, with the check's message
+        return _count_arrays(source, scopes, labelled)
+    return source.memo(key, lambda: _count_arrays(source, scopes, labelled))
+
+
+def _count_arrays(source: DataSource, scopes: list, labelled: bool) -> Counts:
     if source.is_table:
         return _counts_from_table(source.data, scopes, labelled)
     schema = source.schema

@@ -211,6 +211,12 @@ def moments(
 
 def source_moments(source: DataSource, variables: Sequence[str], *, pairwise: bool = False) -> Moments:
     """:func:`moments` of a fit's data source (its schema already read; the pass on its client)."""
+    if isinstance(variables, str) or not all(isinstance(v, str) for v in variables):
+        return _source_moments(source, variables, pairwise)
+    return source.memo(("moments", tuple(variables), pairwise), lambda: _source_moments(source, variables, pairwise))
+
+
+def _source_moments(source: DataSource, variables: Sequence[str], pairwise: bool) -> Moments:
     if source.is_table:
         raise TypeError(f"moments are computed on a dataset of rows, got a {type(source.data).__name__}")
     schema = source.schema

@@ -113,6 +113,14 @@ class DataSource:
         needed = [*variables, *([WEIGHT] if weight and self.weight else [])]
         return zarr_columns(self.data, needed, reuse=reuse) or {v: self.data.variables[v].data for v in needed}
 
+    def memo(self, key: Any, make: Any) -> Any:
+        """The statistic ``make()`` of this source's data, named by ``key`` (a hashable description of it).
+
+        A plain source computes it; sources of fits that run side by side on the same data
+        (:class:`dpgm.api.shared_passes.SharedSource`) compute it once for all of them.
+        """
+        return make()
+
     def compute(self, lazy: Any) -> Any:
         """Run one pass (:func:`dpgm.cluster.compute`) on this source's client, reporting to its progress."""
         from dpgm.cluster import compute
