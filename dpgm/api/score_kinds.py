@@ -57,7 +57,23 @@ def discrete_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
     block = functools.partial(discrete_block, observed=tuple(observed),
                               cardinalities=tuple(cards[v] for v in observed))
     summed = [v for v in model.variables if v not in observed]
-    return _map(data, observed, block, (tree, log_z)), {"summed_out": summed}
+    families = _family_tables(model, observed) if isinstance(model, BayesianNetwork) and not summed else None
+    return _map(data, observed, block, (tree, log_z, families)), {"summed_out": summed}
+
+
+def _family_tables(model: Any, observed: list[str]) -> Any:
+    """The network's log tables by family, indexed by the columns of ``observed`` (complete rows' fast path)."""
+    from dpgm.stats.scores import FamilyTables
+
+    tables, columns, strides = [], [], []
+    for v in model.variables:
+        table = model.cpds[v]
+        dims = [str(d) for d in table.dims]
+        with np.errstate(divide="ignore"):
+            tables.append(np.log(np.ascontiguousarray(table.values, dtype=np.float64)).ravel())
+        columns.append(tuple(observed.index(d) for d in dims))
+        strides.append(np.array([int(np.prod(table.shape[i + 1:])) for i in range(len(dims))], dtype=np.int64))
+    return FamilyTables(tuple(tables), tuple(columns), tuple(strides))
 
 
 def sequence_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:

@@ -35,17 +35,45 @@ from dpgm.stats.glm_predict import design_rows
 from dpgm.stats.irls import Design
 from dpgm.stats.mixture import _chunk_values, _logsumexp, row_log_likelihood
 
-__all__ = ["GLMTerm", "NetworkPlan", "TableTerm", "discrete_block", "gaussian_block", "network_block",
+__all__ = ["FamilyTables", "GLMTerm", "NetworkPlan", "TableTerm", "discrete_block", "gaussian_block", "network_block",
            "score_summary", "sequence_block", "together"]
 
 
-def discrete_block(index: int, columns: dict[str, np.ndarray], shared: tuple[Any, float], *,
+@dataclass(frozen=True)
+class FamilyTables:
+    """A Bayesian network's log tables for rows that observe every variable: ``log P(row) = sum of one
+    entry per family`` (no junction tree). ``tables[i]`` is family ``i``'s log table, flattened, indexed by
+    ``codes[:, columns[i]] @ strides[i]``."""
+
+    tables: tuple[np.ndarray, ...]
+    columns: tuple[tuple[int, ...], ...]
+    strides: tuple[np.ndarray, ...]
+
+    def log_probability(self, codes: np.ndarray) -> np.ndarray:
+        """``log P(row)`` of complete rows (``codes``: ``(rows, variables)``, no ``-1``)."""
+        total = np.zeros(len(codes))
+        for table, columns, strides in zip(self.tables, self.columns, self.strides, strict=True):
+            total += table[codes[:, list(columns)].astype(np.int64) @ strides]
+        return total
+
+
+def discrete_block(index: int, columns: dict[str, np.ndarray], shared: tuple[Any, float, FamilyTables | None], *,
                    observed: tuple[str, ...], cardinalities: tuple[int, ...]) -> np.ndarray:
-    """``log P(row's evidence) - log Z`` by the junction tree ``shared = (tree, log Z)``; impossible rows ``-inf``."""
-    tree, log_z = shared
+    """``log P(row's evidence) - log Z`` by the junction tree ``shared = (tree, log Z, families)``; impossible
+    rows ``-inf``. With ``families`` (a Bayesian network, every variable in the data) complete rows are summed
+    from the tables and only rows with a missing value go through the tree."""
+    tree, log_z, families = shared
     codes = code_matrix(index, columns, observed, cardinalities)
-    log_evidence, _ = tree.posteriors(codes, observed, targets=[])
-    return (log_evidence - log_z)[:, None]
+    if families is None:
+        log_evidence, _ = tree.posteriors(codes, observed, targets=[])
+        return (log_evidence - log_z)[:, None]
+    result = np.empty(len(codes))
+    complete = (codes >= 0).all(axis=1)
+    result[complete] = families.log_probability(codes[complete])
+    if not complete.all():
+        log_evidence, _ = tree.posteriors(codes[~complete], observed, targets=[])
+        result[~complete] = log_evidence - log_z
+    return result[:, None]
 
 
 def sequence_block(index: int, columns: dict[str, np.ndarray], shared: tuple[np.ndarray, np.ndarray, np.ndarray],
