@@ -87,6 +87,25 @@ def test_folds_are_the_same_whatever_the_chunking(tmp_path):
     assert scipy.stats.chisquare(sizes).pvalue > 1e-3
 
 
+def test_frequency_weights_weigh_the_fold_fits_and_the_held_out_rows():
+    """Oracle: pgmpy on each training fold with every row repeated ``weight`` times, scored on the held-out
+    fold's rows repeated likewise."""
+    truth = dpgm.load_network("asia")
+    data = _asia(800, seed=6)
+    weights = np.random.default_rng(6).integers(0, 4, data.sizes["row"])
+    weighted = data.assign(weight=(("row",), weights.astype(np.float64)))
+    result = dpgm.cross_validate([dpgm.Candidate(dpgm.BayesianNetwork.from_edges(truth.edges), "bayes")], weighted,
+                                 folds=3)
+    frame = dpgm.to_pandas(data).astype(str)
+    fold = fold_of(np.arange(len(frame)), 3, 0)
+    repeated, repeated_fold = frame.loc[frame.index.repeat(weights)], np.repeat(fold, weights)
+    states = {v: list(truth.states[v]) for v in truth.variables}
+    expected = [_pgmpy_held_out(truth.edges, truth.variables, states, repeated.reset_index(drop=True),
+                                repeated_fold, k) for k in range(3)]
+    np.testing.assert_allclose(result.loglik.values[0], expected, rtol=1e-9)
+    np.testing.assert_array_equal(result.rows.values[0], np.bincount(fold, weights=weights, minlength=3))
+
+
 def _gaussian(n: int = 1200, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     precision = np.eye(5) + np.diag([0.4] * 4, 1) + np.diag([0.4] * 4, -1)
