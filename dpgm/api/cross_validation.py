@@ -184,7 +184,8 @@ def cross_validate(
         the candidate fitted on the other folds), ``rows`` (its rows, or their total weight),
         ``loglik_per_row``. Over ``candidate``: ``mean_loglik_per_row`` (all held-out
         log-likelihood over all rows), ``standard_error`` (the standard deviation of the folds'
-        ``loglik_per_row`` over ``sqrt(K)``), ``converged`` (every fold fit converged) and, with
+        ``loglik_per_row`` over ``sqrt(K)``), ``converged`` (every fold fit converged), ``fit_passes`` (over both: the passes each fold fit
+        asked for; they ran merged with the other fits') and, with
         ``refit``, ``fit_loglik``, ``n_params``, ``aic``, ``bic``. ``chosen`` (a scalar) is the
         candidate with the highest ``mean_loglik_per_row``. ``attrs["passes"]`` counts the passes
         over the data (fits and the scoring pass).
@@ -316,6 +317,8 @@ def _result(chosen, fits, scores, folds: int, random_state: int, refit: bool, pa
         "standard_error": ("candidate", spread, {"long_name": "standard error of mean_loglik_per_row over folds"}),
         "converged": ("candidate", np.array([all(fits[m, k].converged for k in range(folds))
                                               for m in range(len(chosen))])),
+        "fit_passes": (both, np.array([[fits[m, k].passes for k in range(folds)] for m in range(len(chosen))]),
+                       {"long_name": "passes the fold's fit asked for (shared with the other fits)"}),
     }
     if refit:
         full = [fits[m, None] for m in range(len(chosen))]

@@ -53,8 +53,9 @@ def total_rows(source: DataSource) -> float:
     data = source.data
     if source.is_table:
         return float(data.sum())
-    if source.weight:
-        return float(compute(data[source.weight].data.sum(), client=source.client))
+    if source.weight:  # fits of the same data side by side (cross-validation) read it once
+        return source.memo(("total weight",),
+                           lambda: float(compute(data[source.weight].data.sum(), client=source.client)))
     return float(source.n_rows)
 
 

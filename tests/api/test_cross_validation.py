@@ -177,6 +177,27 @@ def test_mixture_components_by_bic_and_by_cross_validation_agree_with_scikit_lea
         assert float(result.loglik.sel(candidate="k=3", fold=k)) == pytest.approx(expected, rel=1e-9)
 
 
+def test_em_fold_fits_advance_in_the_same_passes_on_the_cluster(tmp_path, client):
+    """Passes from the task stream (reads of a variable's chunks over the chunks): the k-means++ starts' sample
+    pass, the longest fold fit's EM passes and one scoring pass, whatever the number of folds and candidates."""
+    from dask.utils import key_split
+    from distributed import get_task_stream
+
+    x = _clusters(1200, seed=3)
+    dpgm.write_dataset(dpgm.from_pandas(pd.DataFrame(x, columns=["u", "v"])), tmp_path / "x.zarr", chunk_rows=300)
+    data = dpgm.open_dataset(tmp_path / "x.zarr")
+    options = {"n_init": 2, "random_state": 0, "tol": 1e-6, "max_iter": 200}
+    candidates = {f"k={k}": dpgm.Candidate(dpgm.GaussianMixture(k, ["u", "v"], "diag"), "em", options)
+                  for k in (2, 3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        with get_task_stream(client=client) as stream:
+            result = dpgm.cross_validate(candidates, data, folds=3, refit=False, client=client, progress=False)
+    reads = sum(1 for task in stream.data if key_split(task["key"]) == "open_dataset-u")
+    assert result.attrs["passes"] == 1 + int(result.fit_passes.max()) + 1 == reads / 4
+    assert int(result.fit_passes.min()) < int(result.fit_passes.max())  # fits of other lengths shared passes
+
+
 def test_nested_log_linear_models_deviances_equal_statsmodels_poisson_glm():
     import statsmodels.api as sm
     import statsmodels.formula.api as smf
