@@ -23,6 +23,7 @@ With ``--profile`` a workload slower than the bound in CPU time is profiled once
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -38,6 +39,7 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 DATA = Path(tempfile.gettempdir()) / "dpgm-side-by-side"
 BOUND = 1.05
+SETTLE_SECONDS = 120.0
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "NUMBA_NUM_THREADS": "1"}
 
@@ -62,6 +64,8 @@ def _alarm_codes(n: int, seed: int, observed: int = 10):
 
 
 def _side(label: str) -> Path:
+    """The data folder of one side: ``label`` is ``old-<commit>`` or ``new-<commit>``, so a store written by
+    one checkout's sampler is never read by another checkout's run."""
     path = DATA / label
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -455,10 +459,31 @@ def _scheduler_tasks(dask_scheduler) -> int:
     return len(dask_scheduler.tasks)
 
 
+def _settle(client, seconds: float = SETTLE_SECONDS) -> None:
+    """Wait until the scheduler holds no task of the previous run (its keys released by the client).
+
+    The cyclic garbage collector runs first: a ``Future`` caught in a reference cycle keeps its key in
+    memory on the scheduler until the collector frees it (``Future.result(timeout=...)`` that times out
+    inside distributed's ``sync()`` leaves such a cycle: exception, traceback, frame), and a wait loop
+    that allocates little may not trigger a full collection for hours. A key still held after
+    ``seconds`` is an error naming it, not an endless wait.
+    """
+    gc.collect()
+    end = time.monotonic() + seconds
+    while left := client.run_on_scheduler(_scheduler_tasks):
+        if time.monotonic() > end:
+            keys = client.run_on_scheduler(_scheduler_keys)
+            raise RuntimeError(f"{left} tasks still on the scheduler {seconds:.0f} s after the previous run: {keys}")
+        time.sleep(0.01)
+
+
+def _scheduler_keys(dask_scheduler) -> list[str]:
+    return [f"{key} ({ts.state})" for key, ts in list(dask_scheduler.tasks.items())[:5]]
+
+
 def _measure(kind: str, run, client) -> tuple[float, float]:
     if client is not None:
-        while client.run_on_scheduler(_scheduler_tasks):
-            time.sleep(0.01)
+        _settle(client)
         before = sum(client.run(_worker_cpu).values())
     cpu, wall = _cpu_self(), time.perf_counter()
     run(client) if kind == "cluster" else run()
@@ -509,7 +534,7 @@ def _harness_module(name: str):
 
 def _spawn(checkout: Path, label: str, name: str, inner: int, profile: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout), **THREAD_ENV)
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--label", label,
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--label", f"{label}-{_commit(checkout)}",
                "--inner", str(inner)] + (["--profile"] if profile else [])
     done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True, check=False)
     if done.returncode:
