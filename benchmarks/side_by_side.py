@@ -39,6 +39,7 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 DATA = Path(tempfile.gettempdir()) / "dpgm-side-by-side"
 BOUND = 1.05
+PROFILE_TOP = 20
 SETTLE_SECONDS = 120.0
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "NUMBA_NUM_THREADS": "1"}
@@ -508,12 +509,18 @@ def _timed(kind, run, client, inner: int, profile: bool) -> dict:
         import io
         import pstats
 
+        import dask
+
+        # an in-memory workload's tasks run on Dask's threads, which cProfile does not see (the main thread
+        # only waits on a lock): the profiled run uses the synchronous scheduler, its tasks in this thread
+        scheduler = {"scheduler": "sync"} if kind == "local" else {}
         profiler = cProfile.Profile()
-        profiler.enable()
-        _measure(kind, run, client)
-        profiler.disable()
+        with dask.config.set(scheduler):
+            profiler.enable()
+            _measure(kind, run, client)
+            profiler.disable()
         out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(PROFILE_TOP)
         return {"profile": out.getvalue()}
     walls, cpus = zip(*(_measure(kind, run, client) for _ in range(inner)), strict=True)
     return {"wall": statistics.median(walls), "cpu": statistics.median(cpus)}
@@ -532,14 +539,20 @@ def _harness_module(name: str):
     return module
 
 
-def _spawn(checkout: Path, label: str, name: str, inner: int, profile: bool = False) -> dict:
+def _spawn(checkout: Path, label: str, name: str, inner: int, profile: bool = False, retries: int = 0) -> dict:
+    """One worker process's result; a process that fails is started again up to ``retries`` times (each
+    failure printed), and the result says how many failed before it (``"failed"``)."""
     env = dict(os.environ, PYTHONPATH=str(checkout), **THREAD_ENV)
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--label", f"{label}-{_commit(checkout)}",
                "--inner", str(inner)] + (["--profile"] if profile else [])
-    done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise RuntimeError(f"{name} on {label} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    for failed in range(retries + 1):
+        done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True, check=False)
+        if not done.returncode:
+            return {**json.loads(done.stdout.strip().splitlines()[-1]), "failed": failed}
+        error = f"{name} on {label} failed:\n{done.stderr[-3000:]}"
+        if failed < retries:
+            print(f"{error}\n(started again)", file=sys.stderr, flush=True)
+    raise RuntimeError(error)
 
 
 def _ratios(old: list[float], new: list[float]) -> dict:
@@ -547,11 +560,11 @@ def _ratios(old: list[float], new: list[float]) -> dict:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
-def compare(name: str, checkouts: dict[str, Path], rounds: int, inner: int) -> dict:
+def compare(name: str, checkouts: dict[str, Path], rounds: int, inner: int, retries: int = 0) -> dict:
     runs = {"old": [], "new": []}
     for r in range(rounds):
         for label in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            runs[label].append(_spawn(checkouts[label], label, name, inner))
+            runs[label].append(_spawn(checkouts[label], label, name, inner, retries=retries))
     row = {"workload": name, "description": " ".join(WORKLOADS[name].__doc__.split()), "runs": runs,
            "load": os.getloadavg()[0]}
     for key in ("cpu", "wall"):
@@ -615,7 +628,8 @@ def markdown(report: dict) -> str:
         lines += [f"### {row['workload']}: new/old CPU {row['cpu']['median']:.3f}", ""]
         for label in ("old", "new"):
             if row.get("profile", {}).get(label):
-                lines += [f"cProfile, {label} (one run after the warm-up, top 15 by internal time):", "", "```",
+                lines += [f"cProfile, {label} (one run after the warm-up, top functions by internal time; an "
+                          "in-memory workload on Dask's synchronous scheduler):", "", "```",
                           row["profile"][label].strip(), "```", ""]
     return "\n".join(lines) + "\n"
 
@@ -628,6 +642,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inner", type=int, default=3)
     parser.add_argument("--only", nargs="*", help=f"workloads or groups {sorted(GROUPS)}")
     parser.add_argument("--profile", action="store_true", help="profile workloads over the bound")
+    parser.add_argument("--retries", type=int, default=0, help="start a failed worker process again this often")
     parser.add_argument("--out", type=Path, default=RESULTS / "refactor")
     parser.add_argument("--merge", nargs="*", type=Path, help="combine these reports' rows into --out")
     parser.add_argument("--note", action="append", default=[], help="a paragraph for the results file")
@@ -657,7 +672,7 @@ def main(argv: list[str] | None = None) -> None:
     loads = []
     for name in names:
         try:
-            row = compare(name, checkouts, args.rounds, args.inner)
+            row = compare(name, checkouts, args.rounds, args.inner, args.retries)
         except RuntimeError as error:
             print(error, file=sys.stderr, flush=True)
             continue
@@ -665,7 +680,7 @@ def main(argv: list[str] | None = None) -> None:
         row["new_commit"] = _commit(checkouts["new"])
         loads.append(row["load"])
         if args.profile and row["cpu"]["median"] > BOUND:
-            row["profile"] = {label: _spawn(checkouts[label], label, name, 1, profile=True)["profile"]
+            row["profile"] = {label: _spawn(checkouts[label], label, name, 1, profile=True, retries=args.retries)["profile"]
                               for label in ("old", "new")}
         rows[name] = row
     report = {"title": args.title, "old": _commit(checkouts["old"]), "new": _commit(checkouts["new"]), "rounds": args.rounds,
