@@ -509,16 +509,10 @@ def _timed(kind, run, client, inner: int, profile: bool) -> dict:
         import io
         import pstats
 
-        import dask
-
-        # an in-memory workload's tasks run on Dask's threads, which cProfile does not see (the main thread
-        # only waits on a lock): the profiled run uses the synchronous scheduler, its tasks in this thread
-        scheduler = {"scheduler": "sync"} if kind == "local" else {}
         profiler = cProfile.Profile()
-        with dask.config.set(scheduler):
-            profiler.enable()
-            _measure(kind, run, client)
-            profiler.disable()
+        profiler.enable()
+        _measure(kind, run, client)
+        profiler.disable()
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(PROFILE_TOP)
         return {"profile": out.getvalue()}
@@ -628,8 +622,8 @@ def markdown(report: dict) -> str:
         lines += [f"### {row['workload']}: new/old CPU {row['cpu']['median']:.3f}", ""]
         for label in ("old", "new"):
             if row.get("profile", {}).get(label):
-                lines += [f"cProfile, {label} (one run after the warm-up, top functions by internal time; an "
-                          "in-memory workload on Dask's synchronous scheduler):", "", "```",
+                lines += [f"cProfile, {label} (one run after the warm-up, top functions by internal time; the "
+                          "calling thread only: work on threads shows as waiting on a lock):", "", "```",
                           row["profile"][label].strip(), "```", ""]
     return "\n".join(lines) + "\n"
 
