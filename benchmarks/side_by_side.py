@@ -23,6 +23,7 @@ With ``--profile`` a workload slower than the bound in CPU time is profiled once
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -38,6 +39,8 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 DATA = Path(tempfile.gettempdir()) / "dpgm-side-by-side"
 BOUND = 1.05
+PROFILE_TOP = 20
+SETTLE_SECONDS = 120.0
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "NUMBA_NUM_THREADS": "1"}
 
@@ -62,6 +65,8 @@ def _alarm_codes(n: int, seed: int, observed: int = 10):
 
 
 def _side(label: str) -> Path:
+    """The data folder of one side: ``label`` is ``old-<commit>`` or ``new-<commit>``, so a store written by
+    one checkout's sampler is never read by another checkout's run."""
     path = DATA / label
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -455,10 +460,31 @@ def _scheduler_tasks(dask_scheduler) -> int:
     return len(dask_scheduler.tasks)
 
 
+def _settle(client, seconds: float = SETTLE_SECONDS) -> None:
+    """Wait until the scheduler holds no task of the previous run (its keys released by the client).
+
+    The cyclic garbage collector runs first: a ``Future`` caught in a reference cycle keeps its key in
+    memory on the scheduler until the collector frees it (``Future.result(timeout=...)`` that times out
+    inside distributed's ``sync()`` leaves such a cycle: exception, traceback, frame), and a wait loop
+    that allocates little may not trigger a full collection for hours. A key still held after
+    ``seconds`` is an error naming it, not an endless wait.
+    """
+    gc.collect()
+    end = time.monotonic() + seconds
+    while left := client.run_on_scheduler(_scheduler_tasks):
+        if time.monotonic() > end:
+            keys = client.run_on_scheduler(_scheduler_keys)
+            raise RuntimeError(f"{left} tasks still on the scheduler {seconds:.0f} s after the previous run: {keys}")
+        time.sleep(0.01)
+
+
+def _scheduler_keys(dask_scheduler) -> list[str]:
+    return [f"{key} ({ts.state})" for key, ts in list(dask_scheduler.tasks.items())[:5]]
+
+
 def _measure(kind: str, run, client) -> tuple[float, float]:
     if client is not None:
-        while client.run_on_scheduler(_scheduler_tasks):
-            time.sleep(0.01)
+        _settle(client)
         before = sum(client.run(_worker_cpu).values())
     cpu, wall = _cpu_self(), time.perf_counter()
     run(client) if kind == "cluster" else run()
@@ -488,7 +514,7 @@ def _timed(kind, run, client, inner: int, profile: bool) -> dict:
         _measure(kind, run, client)
         profiler.disable()
         out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(PROFILE_TOP)
         return {"profile": out.getvalue()}
     walls, cpus = zip(*(_measure(kind, run, client) for _ in range(inner)), strict=True)
     return {"wall": statistics.median(walls), "cpu": statistics.median(cpus)}
@@ -507,14 +533,20 @@ def _harness_module(name: str):
     return module
 
 
-def _spawn(checkout: Path, label: str, name: str, inner: int, profile: bool = False) -> dict:
+def _spawn(checkout: Path, label: str, name: str, inner: int, profile: bool = False, retries: int = 0) -> dict:
+    """One worker process's result; a process that fails is started again up to ``retries`` times (each
+    failure printed), and the result says how many failed before it (``"failed"``)."""
     env = dict(os.environ, PYTHONPATH=str(checkout), **THREAD_ENV)
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--label", label,
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--label", f"{label}-{_commit(checkout)}",
                "--inner", str(inner)] + (["--profile"] if profile else [])
-    done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise RuntimeError(f"{name} on {label} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    for failed in range(retries + 1):
+        done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True, check=False)
+        if not done.returncode:
+            return {**json.loads(done.stdout.strip().splitlines()[-1]), "failed": failed}
+        error = f"{name} on {label} failed:\n{done.stderr[-3000:]}"
+        if failed < retries:
+            print(f"{error}\n(started again)", file=sys.stderr, flush=True)
+    raise RuntimeError(error)
 
 
 def _ratios(old: list[float], new: list[float]) -> dict:
@@ -522,11 +554,11 @@ def _ratios(old: list[float], new: list[float]) -> dict:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
-def compare(name: str, checkouts: dict[str, Path], rounds: int, inner: int) -> dict:
+def compare(name: str, checkouts: dict[str, Path], rounds: int, inner: int, retries: int = 0) -> dict:
     runs = {"old": [], "new": []}
     for r in range(rounds):
         for label in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            runs[label].append(_spawn(checkouts[label], label, name, inner))
+            runs[label].append(_spawn(checkouts[label], label, name, inner, retries=retries))
     row = {"workload": name, "description": " ".join(WORKLOADS[name].__doc__.split()), "runs": runs,
            "load": os.getloadavg()[0]}
     for key in ("cpu", "wall"):
@@ -590,7 +622,8 @@ def markdown(report: dict) -> str:
         lines += [f"### {row['workload']}: new/old CPU {row['cpu']['median']:.3f}", ""]
         for label in ("old", "new"):
             if row.get("profile", {}).get(label):
-                lines += [f"cProfile, {label} (one run after the warm-up, top 15 by internal time):", "", "```",
+                lines += [f"cProfile, {label} (one run after the warm-up, top functions by internal time; the "
+                          "calling thread only: work on threads shows as waiting on a lock):", "", "```",
                           row["profile"][label].strip(), "```", ""]
     return "\n".join(lines) + "\n"
 
@@ -603,6 +636,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inner", type=int, default=3)
     parser.add_argument("--only", nargs="*", help=f"workloads or groups {sorted(GROUPS)}")
     parser.add_argument("--profile", action="store_true", help="profile workloads over the bound")
+    parser.add_argument("--retries", type=int, default=0, help="start a failed worker process again this often")
     parser.add_argument("--out", type=Path, default=RESULTS / "refactor")
     parser.add_argument("--merge", nargs="*", type=Path, help="combine these reports' rows into --out")
     parser.add_argument("--note", action="append", default=[], help="a paragraph for the results file")
@@ -632,7 +666,7 @@ def main(argv: list[str] | None = None) -> None:
     loads = []
     for name in names:
         try:
-            row = compare(name, checkouts, args.rounds, args.inner)
+            row = compare(name, checkouts, args.rounds, args.inner, args.retries)
         except RuntimeError as error:
             print(error, file=sys.stderr, flush=True)
             continue
@@ -640,7 +674,7 @@ def main(argv: list[str] | None = None) -> None:
         row["new_commit"] = _commit(checkouts["new"])
         loads.append(row["load"])
         if args.profile and row["cpu"]["median"] > BOUND:
-            row["profile"] = {label: _spawn(checkouts[label], label, name, 1, profile=True)["profile"]
+            row["profile"] = {label: _spawn(checkouts[label], label, name, 1, profile=True, retries=args.retries)["profile"]
                               for label in ("old", "new")}
         rows[name] = row
     report = {"title": args.title, "old": _commit(checkouts["old"]), "new": _commit(checkouts["new"]), "rounds": args.rounds,
