@@ -180,16 +180,34 @@ def _store(truth, n: int) -> tuple[Path, float | None]:
     return path, time.perf_counter() - start
 
 
-def _worker_rss(client) -> dict[str, dict[str, float]]:
-    def probe():
-        import resource as r
+def _start_peak_rss(dask_worker) -> None:
+    """Sample this worker's RSS every 20 ms in a thread until :func:`_stop_peak_rss`."""
+    import threading
 
-        import psutil
+    import psutil
 
-        return {"peak_mb": r.getrusage(r.RUSAGE_SELF).ru_maxrss / 1024,
-                "rss_mb": psutil.Process().memory_info().rss / 2**20}
+    state = {"peak": psutil.Process().memory_info().rss, "stop": False}
 
-    return client.run(probe)
+    def loop() -> None:
+        process = psutil.Process()
+        while not state["stop"]:
+            state["peak"] = max(state["peak"], process.memory_info().rss)
+            time.sleep(0.02)
+
+    threading.Thread(target=loop, daemon=True).start()
+    dask_worker.score_bench_peak = state
+
+
+def _stop_peak_rss(dask_worker) -> float:
+    state = dask_worker.score_bench_peak
+    state["stop"] = True
+    return state["peak"] / 2**20
+
+
+def _rss(dask_worker) -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def _out_of_core(truth, sizes: list[int], deadline: float) -> tuple[list[dict], list[dict]]:
@@ -216,7 +234,7 @@ def _out_of_core(truth, sizes: list[int], deadline: float) -> tuple[list[dict], 
         row = {"n_rows": n, "sample_seconds": sampled, "chunks": -(-n // CHUNK_ROWS)}
         with dpgm.connect(n_workers=2, dashboard_address=":0") as client:
             client.run(lambda: None)
-            before = _worker_rss(client)
+            before = client.run(_rss)
 
             def one_pass(path=stores[n], client=client) -> float:
                 return float(dpgm.score(truth, dpgm.open_dataset(path), client=client).total)
@@ -224,20 +242,21 @@ def _out_of_core(truth, sizes: list[int], deadline: float) -> tuple[list[dict], 
             first, _, _ = median_time(one_pass, 1)
             repeats = 3 if n <= 10**7 else 1
             sampler = MemorySampler()
+            client.run(_start_peak_rss)
             with sampler.sample("workers", interval=0.05):
                 seconds, total = timed_on_cluster(client, one_pass, repeats)
-            after = _worker_rss(client)
+            peaks = client.run(_stop_peak_rss)
         memory = sampler.to_pandas()["workers"] / 2**20
         row.update({"seconds": seconds, "first_seconds": first, "repeats": repeats, "rows_per_s": n / seconds,
                     "total": total, "mean_per_row": total / n,
                     "workers_memory_max_mb": float(memory.max()), "workers_memory_median_mb": float(memory.median()),
-                    "worker_rss_start_mb": max(v["rss_mb"] for v in before.values()),
-                    "worker_peak_rss_mb": max(v["peak_mb"] for v in after.values())})
+                    "worker_rss_start_mb": max(before.values()),
+                    "worker_peak_rss_mb": max(peaks.values()), "load_average": _load()})
         score_rate = row["rows_per_s"]
         done.append(row)
         print(f"  score {seconds:.2f}s (first {first:.2f}s), {row['rows_per_s']:.3g} rows/s, "
               f"2 workers' memory max {row['workers_memory_max_mb']:.0f} MB, "
-              f"worker peak RSS {row['worker_peak_rss_mb']:.0f} MB", flush=True)
+              f"one worker's peak RSS {row['worker_peak_rss_mb']:.0f} MB, load {row['load_average']}", flush=True)
     return done, skipped
 
 
@@ -260,8 +279,8 @@ def _plot(report: dict, path: Path) -> None:
     ax.set_ylabel("seconds")
     ax.set_title("alarm score pass vs N")
     ax.legend()
-    mem.semilogx(xs, [r["workers_memory_max_mb"] for r in rows], "o-", label="max during the passes")
-    mem.semilogx(xs, [r["worker_peak_rss_mb"] for r in rows], "s--", label="one worker's peak RSS")
+    mem.semilogx(xs, [r["workers_memory_max_mb"] for r in rows], "o-", label="both workers, max during the passes")
+    mem.semilogx(xs, [r["worker_peak_rss_mb"] for r in rows], "s--", label="larger worker's peak RSS")
     mem.set_ylim(bottom=0)
     mem.set_xlabel("rows")
     mem.set_ylabel("MB")
@@ -319,21 +338,25 @@ def _markdown(report: dict) -> str:
               "of the passes after the first (3 up to 1e7 rows, else 1), each after the scheduler forgot the "
               "previous one's keys; the first pass on the fresh cluster (workers' imports, kernel compilation) "
               "apart. Memory: distributed's MemorySampler (both workers' process memory together, every 50 ms) "
-              "during the timed passes, and the larger worker's peak RSS (`ru_maxrss`) at the end.", "",
+              "during the timed passes; each worker's own RSS sampled every 20 ms by a thread in the worker during the "
+              "same passes (the larger worker's peak and its RSS before the first pass shown; `ru_maxrss` is not "
+              "used: on Linux it carries over the peak of the process a worker was forked from). Load = the "
+              "machine's load average (1, 5, 15 min) after the passes.", "",
               "| N | chunks | seconds (first) | rows/s | s per 1e6 rows | 2 workers' memory max MB (median) | "
-              "worker peak RSS MB | mean log-lik per row | sampling s (0 = store reused) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "worker peak RSS MB (before) | mean log-lik per row | sampling s (0 = store reused) | load |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     ooc = report["out_of_core"]
     for r in ooc:
         lines.append(f"| {r['n_rows']:.0e} | {r['chunks']} | {r['seconds']:.2f} ({r['first_seconds']:.2f}) | "
                      f"{r['rows_per_s']:.3g} | {r['seconds'] / r['n_rows'] * 1e6:.3f} | "
                      f"{r['workers_memory_max_mb']:.0f} ({r['workers_memory_median_mb']:.0f}) | "
-                     f"{r['worker_peak_rss_mb']:.0f} | {r['mean_per_row']:.4f} | {r['sample_seconds'] or 0:.0f} |")
+                     f"{r['worker_peak_rss_mb']:.0f} ({r['worker_rss_start_mb']:.0f}) | {r['mean_per_row']:.4f} | "
+                     f"{r['sample_seconds'] or 0:.0f} | {r['load_average']} |")
     for s in report["skipped"]:
         lines.append(f"| {s['n_rows']:.0e} | - | not run: expected {s['expected_seconds']:.0f} s "
                      f"(score {s['extrapolated_score_seconds']:.0f} s x 2 passes + sampling "
                      f"{s['extrapolated_sample_seconds']:.0f} s) > {max(s['left_seconds'], 0):.0f} s left of the "
-                     "budget | - | - | - | - | - | - |")
+                     "budget | - | - | - | - | - | - | - |")
     lines += ["", "## How the cost grows", ""]
     if len(ooc) >= 2:
         a, b = ooc[0], ooc[-1]
@@ -341,7 +364,8 @@ def _markdown(report: dict) -> str:
         lines.append(f"* N: from {a['n_rows']:.0e} to {b['n_rows']:.0e} rows the pass time grows as N^{slope:.2f} "
                      f"(1.00 = linear); seconds per 1e6 rows {a['seconds'] / a['n_rows'] * 1e6:.3f} -> "
                      f"{b['seconds'] / b['n_rows'] * 1e6:.3f}. Worker memory max {a['workers_memory_max_mb']:.0f} -> "
-                     f"{b['workers_memory_max_mb']:.0f} MB (both workers together) while the data grows "
+                     f"{b['workers_memory_max_mb']:.0f} MB (both workers together), the larger worker's peak "
+                     f"{a['worker_peak_rss_mb']:.0f} -> {b['worker_peak_rss_mb']:.0f} MB, while the data grows "
                      f"{b['n_rows'] / a['n_rows']:.0f}x: it does not depend on N.")
     top = max((r["n_rows"] for r in ooc), default=0)
     if ooc and top < 10**8:
@@ -354,8 +378,8 @@ def _markdown(report: dict) -> str:
         lines.append(f"* Workers: at {ooc[-1]['n_rows']:.0e} rows the 2-worker pass from Zarr scores "
                      f"{ooc[-1]['rows_per_s']:.3g} rows/s, {ooc[-1]['rows_per_s'] / one_core:.2f}x the one-core "
                      f"in-memory rate ({one_core:.3g} rows/s at {report['bayesian_network'][-1]['n_rows']:.0e}): "
-                     "reading and decompressing the chunks and the shared machine take the rest of the ideal 2x. "
-                     "The pass is parallel over chunks (one partial sum per chunk, tree-summed), so rows/s grows "
+                     "the machine's load average during these passes (last column) was well above its 2 cores, so the "
+                     "two workers had less than a core each: this ratio is no measure of scaling. ""The pass is parallel over chunks (one partial sum per chunk, tree-summed), so rows/s grows "
                      "with workers while there are at least as many chunks as workers.")
     lines += ["* Chunks: each task reads one chunk of 37 int8 columns (37 bytes a row, "
               f"{37 * report['chunk_rows'] / 2**20:.0f} MiB at {report['chunk_rows']:,} rows) and keeps its float64 "
