@@ -403,6 +403,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gmm-rows", type=float, nargs="*", help="mixture rows in memory (default 1e5 1e6)")
     parser.add_argument("--zarr-rows", type=float, nargs="*", help="alarm rows in Zarr (default 1e6 1e7 3e7 1e8)")
     parser.add_argument("--render", metavar="JSON", help="only rewrite the .md and .png of a results json")
+    parser.add_argument("--zarr-only", action="store_true", help="only the out-of-core passes (no peers in memory)")
+    parser.add_argument("--name", default=None, help="results file name (default score, or score_quick)")
     parser.add_argument("--budget-seconds", type=float, default=1500.0,
                         help="larger Zarr sizes are skipped when their expected time exceeds what is left")
     args = parser.parse_args(argv)
@@ -415,6 +417,8 @@ def main(argv: list[str] | None = None) -> None:
     bn_rows = [int(x) for x in (args.bn_rows or ([1e3] if args.quick else [1e4, 1e5]))]
     gmm_rows = [int(x) for x in (args.gmm_rows or ([1e4] if args.quick else [1e5, 1e6]))]
     zarr_rows = [int(x) for x in (args.zarr_rows or ([1e6] if args.quick else [1e6, 1e7, 3e7, 1e8]))]
+    if args.zarr_only:
+        bn_rows, gmm_rows = [], []
     warnings.filterwarnings("ignore")
     STORE.mkdir(parents=True, exist_ok=True)
     began, load_start = time.monotonic(), _load()
@@ -441,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "score_quick" if args.quick else "score"
+    name = args.name or ("score_quick" if args.quick else "score")
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2))
     _plot(report, RESULTS / f"{name}.png")
     (RESULTS / f"{name}.md").write_text(_markdown(report))
