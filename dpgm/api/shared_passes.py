@@ -190,8 +190,13 @@ class SharedPasses:
         try:
             values = compute(together(*batch.values()), client=self.client, progress=self.progress)
             self.passes += 1
-        except Exception as error:
-            values = [_Failed(error)] * len(batch)
+        except BaseException as error:  # an interrupt too: every job of the pass is answered before it propagates
+            with self._lock:
+                self._answers.update((index, _Failed(error)) for index in batch)
+                self._lock.notify_all()
+            if not isinstance(error, Exception):
+                raise
+            return True
         with self._lock:
             self._answers.update(zip(batch, values, strict=True))
             self._lock.notify_all()
