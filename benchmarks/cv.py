@@ -228,7 +228,7 @@ def mixtures(n: int, repeats: int) -> dict:
     return record
 
 
-def _write(results: dict) -> None:
+def _write(results: dict, name: str = "cv") -> None:
     s = results["structures"]
     lines = ["# Cross-validation: shared passes against fold-by-fold fits, and peers in memory", "",
              "Written by `python -m benchmarks.cv`. Machine: " + results["machine"] + f"; load average "
@@ -266,8 +266,8 @@ def _write(results: dict) -> None:
               "mean; dpgm scores the held-out rows' log-density under the training fit (mean included). "
               "`GridSearchCV` fits each (candidate, fold) from one k-means start; dpgm from one k-means++ "
               "start on a hashed sample; both EM to tol 1e-6."]
-    (RESULTS / "cv.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "cv.json").write_text(json.dumps(results, indent=2))
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=2))
 
 
 def main() -> None:
@@ -275,6 +275,7 @@ def main() -> None:
     parser.add_argument("--rows", type=float, nargs="+", default=[1e6, 3e6])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="1e5 rows, one repeat (a smoke run)")
+    parser.add_argument("--name", default="cv", help="results file name (default cv)")
     args = parser.parse_args()
     rows = [100_000] if args.quick else [int(r) for r in args.rows]
     repeats = 1 if args.quick else args.repeats
@@ -285,7 +286,7 @@ def main() -> None:
                "mixtures": mixtures(50_000, repeats)}
     load.append(os.getloadavg()[0])
     results["load"] = load
-    _write(results)
+    _write(results, args.name)
 
 
 if __name__ == "__main__":
