@@ -71,7 +71,7 @@ def fold_codes(n_rows: int, chunks: Sequence[int] | None, folds: int, random_sta
     import dask.array as da
 
     return da.map_blocks(_block, chunks=(tuple(chunks),), dtype=np.int16, folds=folds, random_state=random_state,
-                         name=f"dpgm-folds-{folds}-{random_state}-{n_rows}-{hash(tuple(chunks)) & 0xFFFFFFFF:x}")
+                         name=f"fold-of-row-{folds}-{random_state}-{n_rows}-{hash(tuple(chunks)) & 0xFFFFFFFF:x}")
 
 
 def is_lazy(value: Any) -> bool:
