@@ -61,12 +61,13 @@ def _store(truth, n_rows: int) -> Path:
 
 def _worker_rss(client) -> dict[str, float]:
     def probe():
-        import resource as r
-
         import psutil
 
-        return {"peak_mb": r.getrusage(r.RUSAGE_SELF).ru_maxrss / 1024,
-                "rss_mb": psutil.Process().memory_info().rss / 2**20}
+        # VmHWM, the process's own peak (getrusage's ru_maxrss carries over the peak of the process the
+        # worker was started from)
+        with open("/proc/self/status") as status:
+            peak = next((int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")), float("nan"))
+        return {"peak_mb": peak, "rss_mb": psutil.Process().memory_info().rss / 2**20}
 
     return client.run(probe)
 
