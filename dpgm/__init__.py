@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dpgm.algorithms.result import FitResult
     from dpgm.api import fit, predict_proba
+    from dpgm.api.bootstrap import BootstrapResult, bootstrap
     from dpgm.api.cross_validation import Candidate, cross_validate
     from dpgm.api.glm_predict import predict
     from dpgm.api.score import score
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm --help` stay fast
     "available_networks": "dpgm.networks",
     "BayesianNetwork": "dpgm.models",
+    "BootstrapResult": "dpgm.api.bootstrap",
     "Candidate": "dpgm.api.cross_validation",
     "compute": "dpgm.cluster",
     "connect": "dpgm.cluster",
@@ -57,6 +59,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "convert": "dpgm.data.convert",
     "Counts": "dpgm.stats",
     "counts": "dpgm.stats.counts",
+    "bootstrap": "dpgm.api.bootstrap",
     "cross_validate": "dpgm.api.cross_validation",
     "DataError": "dpgm.errors",
     "DpgmWarning": "dpgm.errors",
@@ -120,6 +123,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BayesianNetwork",
+    "BootstrapResult",
     "Candidate",
     "ConvergenceWarning",
     "ConversionReport",
@@ -144,6 +148,7 @@ __all__ = [
     "connect",
     "convert",
     "counts",
+    "bootstrap",
     "cross_validate",
     "from_pandas",
     "from_pgmpy",

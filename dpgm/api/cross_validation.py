@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Candidate", "cross_validate"]
 
-# options of dpgm.fit that name files of one fit: a fold fit writes none
-_REFUSED = ("checkpoint", "resume")
-
-
 @dataclass(frozen=True)
 class Candidate:
     """One candidate of :func:`dpgm.cross_validate`: a model, how it is fitted, and its name.
@@ -90,25 +86,9 @@ def _candidates(candidates: Any) -> list[Candidate]:
 
 def _check(candidate: Candidate) -> tuple[str, dict, float, int]:
     """The candidate's method and options, checked before any pass (ConfigError naming the candidate)."""
-    from dpgm.api.kinds import kind_of
-    from dpgm.api.options import check_fit_options
+    from dpgm.api.shared_passes import check_fit
 
-    options = dict(candidate.options)
-    for name in _REFUSED:
-        if name in options:
-            raise ConfigError(f"candidate {candidate.label!r}: option {name!r} is not taken by cross_validate "
-                              "(the fold fits write no checkpoints)")
-    tol, max_iter = options.pop("tol", 1e-8), options.pop("max_iter", 1000)
-    try:
-        method = check_fit_options(candidate.model, candidate.method, {"tol": tol, "max_iter": max_iter, **options})
-    except (ConfigError, ConfigTypeError) as error:
-        raise type(error)(f"candidate {candidate.label!r}: {error}") from None
-    kind = kind_of(candidate.model)
-    if kind.score is None:
-        raise ConfigTypeError(f"candidate {candidate.label!r}: a {kind.name} has no score")
-    if "persist" in kind.methods[method].options:
-        options.setdefault("persist", False)  # one copy of the data per fold fit would not fit in memory
-    return method, options, tol, max_iter
+    return check_fit(candidate.model, candidate.method, candidate.options, f"candidate {candidate.label!r}")
 
 
 def scored_variables(model: Any, data: xr.Dataset) -> str:
@@ -240,22 +220,12 @@ def _fold_codes(data: xr.Dataset, folds: int, random_state: int) -> Any:
 
 def _fit_all(chosen, checked, data, fold_of_row, plans, client, progress) -> tuple[dict, int]:
     """Every (candidate, fold) fit, their passes merged: ``{(m, k): FitResult}`` and the passes run."""
-    from dpgm.api.kinds import kind_of
-    from dpgm.api.options import check_sizes
-    from dpgm.api.shared_passes import SharedPasses
+    from dpgm.api.shared_passes import FitJob, fit_together
     from dpgm.stats.source import DataSource
 
-    shared = SharedPasses(client, progress)
     bases = {k: DataSource.of(_fold_data(data, fold_of_row, k)) for k in dict.fromkeys(k for _, k in plans)}
-    jobs = []
-    for index, (m, k) in enumerate(plans):
-        model, (method, options, tol, max_iter) = chosen[m].model, checked[m]
-        source = shared.source(bases[k], index, group=k)
-        check_sizes(model, source, method, options)
-        run = kind_of(model).methods[method].run
-        jobs.append(lambda run=run, model=model, source=source, method=method, tol=tol, max_iter=max_iter,
-                    options=options: run(model, source, method, tol=tol, max_iter=max_iter, callback=None, **options))
-    outcomes = shared.run(jobs)
+    jobs = [FitJob(chosen[m].model, *checked[m], bases[k], k) for m, k in plans]
+    outcomes, passes = fit_together(jobs, client, progress)
     fits = {}
     for (m, k), (ok, value) in zip(plans, outcomes, strict=True):
         if not ok:
@@ -265,7 +235,7 @@ def _fit_all(chosen, checked, data, fold_of_row, plans, client, progress) -> tup
                 value.add_note(note)
             raise value
         fits[m, k] = value
-    return fits, shared.passes
+    return fits, passes
 
 
 def _held_out(chosen, fits, data, fold_of_row, folds, client, progress) -> tuple[dict, int]:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dpgm.stats.source import DataSource
 
-__all__ = ["SharedPasses", "SharedSource"]
+__all__ = ["FitJob", "SharedPasses", "SharedSource", "check_fit", "fit_together"]
 
 
 class _Memo:
@@ -211,3 +211,64 @@ class SharedPasses:
                 self._answers[index] = stopped
             self._waiting.clear()
             self._lock.notify_all()
+
+
+def check_fit(model: Any, method: str | None, options: Mapping[str, Any], label: str,
+              refused: Sequence[str] = ("checkpoint", "resume")) -> tuple[str, dict, float, int]:
+    """``(method, options, tol, max_iter)`` of one of several fits run together, checked before any pass.
+
+    Raises ConfigError / ConfigTypeError naming ``label`` (the candidate, the bootstrap): an
+    option the method does not take, one of ``refused`` (files of one fit: the fits run
+    together write none), a kind without a score.
+    """
+    from dpgm.api.kinds import kind_of
+    from dpgm.api.options import check_fit_options
+    from dpgm.errors import ConfigError, ConfigTypeError
+
+    options = dict(options)
+    for name in refused:
+        if name in options:
+            raise ConfigError(f"{label}: option {name!r} is not taken here (the fits run together write no "
+                              "checkpoints)")
+    tol, max_iter = options.pop("tol", 1e-8), options.pop("max_iter", 1000)
+    try:
+        method = check_fit_options(model, method, {"tol": tol, "max_iter": max_iter, **options})
+    except (ConfigError, ConfigTypeError) as error:
+        raise type(error)(f"{label}: {error}") from None
+    kind = kind_of(model)
+    if kind.score is None:
+        raise ConfigTypeError(f"{label}: a {kind.name} has no score")
+    if "persist" in kind.methods[method].options:
+        options.setdefault("persist", False)  # one copy of the data per fit would not fit in memory
+    return method, options, tol, max_iter
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """One of the fits :func:`fit_together` runs: the model, its checked method and options
+    (:func:`check_fit`), its data's source and the group of fits that read the same data."""
+
+    model: Any
+    method: str
+    options: Mapping[str, Any]
+    tol: float
+    max_iter: int
+    base: DataSource
+    group: Any
+
+
+def fit_together(jobs: Sequence[FitJob], client: Any, progress: Any) -> tuple[list[tuple[bool, Any]], int]:
+    """Run every fit side by side (:class:`SharedPasses`): per fit ``(True, FitResult)`` or ``(False, error)``,
+    and the merged passes run."""
+    from dpgm.api.kinds import kind_of
+    from dpgm.api.options import check_sizes
+
+    shared = SharedPasses(client, progress)
+    calls = []
+    for index, job in enumerate(jobs):
+        source = shared.source(job.base, index, group=job.group)
+        check_sizes(job.model, source, job.method, dict(job.options))
+        run = kind_of(job.model).methods[job.method].run
+        calls.append(lambda run=run, job=job, source=source: run(
+            job.model, source, job.method, tol=job.tol, max_iter=job.max_iter, callback=None, **job.options))
+    return shared.run(calls), shared.passes

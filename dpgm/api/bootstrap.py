@@ -1,0 +1,231 @@
+"""``dpgm.bootstrap``: the Poisson bootstrap of any fit, every replicate in the same passes.
+
+Replicate ``b`` is the model's own fit on the data weighted by ``weight * w[:, b]``, where
+``w[i, b]`` is a Poisson(1) draw from a hash of row ``i``'s position, ``b`` and
+``random_state`` (:mod:`dpgm.stats.resample`), computed on the worker that reads the row.
+All replicates run side by side (:class:`~dpgm.api.shared_passes.SharedPasses`) with the
+fit on the data itself, their passes merged: a complete-data kind's ``B + 1`` fits take
+**one** pass together, whatever ``B``. EM replicates start from the fit on the data
+(``init="model"``, where the method takes it): they take a few passes each, advance
+together, and their components or states keep the estimate's labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from dpgm.algorithms.result import FitResult
+from dpgm.api.sources import open_source
+from dpgm.data.schema import WEIGHT
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["BootstrapResult", "bootstrap"]
+
+
+@dataclass
+class BootstrapResult:
+    """What :func:`dpgm.bootstrap` returns.
+
+    Attributes
+    ----------
+    estimate
+        The fit on the data itself (its own weights), run in the same passes.
+    replicates
+        Every parameter of every replicate's fit (:func:`dpgm.models.parameters.parameter_tables`),
+        over ``replicate`` first, with ``loglik``, ``converged`` and ``passes`` per replicate.
+    passes
+        Passes over the data (all fits together).
+    random_state
+        Seed of the Poisson weights.
+    """
+
+    estimate: FitResult
+    replicates: xr.Dataset
+    passes: int
+    random_state: int
+    parameters: tuple[str, ...] = field(default=())
+
+    @property
+    def n_replicates(self) -> int:
+        """Number of replicates ``B``."""
+        return int(self.replicates.sizes["replicate"])
+
+    @property
+    def standard_errors(self) -> xr.Dataset:
+        """Bootstrap standard errors: each parameter's standard deviation over the replicates (``ddof=1``)."""
+        return self.replicates[list(self.parameters)].std("replicate", ddof=1)
+
+    def confidence_interval(self, level: float = 0.95) -> xr.Dataset:
+        """Percentile intervals: each parameter's ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles over
+        the replicates, over ``bound`` (``lower``, ``upper``).
+
+        Raises
+        ------
+        ConfigError
+            ``level`` not strictly between 0 and 1.
+        """
+        from dpgm.errors import ConfigError
+
+        if not isinstance(level, float | int) or isinstance(level, bool) or not 0 < level < 1:
+            raise ConfigError(f"level must be a number strictly between 0 and 1, got {level!r}")
+        tail = (1 - level) / 2
+        bounds = self.replicates[list(self.parameters)].quantile([tail, 1 - tail], dim="replicate")
+        return bounds.rename(quantile="bound").assign_coords(bound=["lower", "upper"]).assign_attrs(level=level)
+
+    def summary(self, digits: int = 4) -> str:
+        """Each parameter's estimate, bootstrap standard error and interval (95 %), one line per entry."""
+        from dpgm.models.parameters import parameter_tables
+
+        estimate = parameter_tables(self.estimate.model)
+        errors, interval = self.standard_errors, self.confidence_interval(0.95)
+        lines = [f"{type(self.estimate.model).__name__}: {self.n_replicates} Poisson bootstrap replicates, "
+                 f"{self.passes} pass(es) over {self.estimate.n_rows:,.0f} rows",
+                 f"  {'parameter':<40} {'estimate':>12} {'s.e.':>12} {'2.5 %':>12} {'97.5 %':>12}"]
+        for name in self.parameters:
+            table = estimate[name]
+            for index in np.ndindex(table.shape):
+                where = {d: table[d].values[i] if d in table.coords else i for d, i in zip(table.dims, index,
+                                                                                               strict=True)}
+                label = name + (f"[{', '.join(str(v) for v in where.values())}]" if where else "")
+                at = dict(zip(table.dims, index, strict=True))
+                low, high = (float(interval[name].isel(bound=j, **at)) for j in (0, 1))
+                lines.append(f"  {label:<40} {float(table.values[index]):>12.{digits}g} "
+                             f"{float(errors[name].isel(**at)):>12.{digits}g} {low:>12.{digits}g} {high:>12.{digits}g}")
+        return "\n".join(lines)
+
+
+def _replicate_data(data: xr.Dataset, b: int, random_state: int) -> xr.Dataset:
+    """``data`` with each row's weight times its Poisson(1) weight in replicate ``b``."""
+    from dpgm.stats.resample import replicate_weights
+
+    chunks = data.chunks.get("row") if data.chunks else None
+    draws = replicate_weights(int(data.sizes["row"]), chunks, b, random_state)
+    weight = draws * data[WEIGHT].data if WEIGHT in data.data_vars else draws
+    return data.assign({WEIGHT: xr.DataArray(weight.astype(np.float64), dims=("row",))})
+
+
+def bootstrap(
+    model: Any,
+    data: xr.Dataset | str,
+    *,
+    replicates: int = 200,
+    random_state: int = 0,
+    method: str | None = None,
+    client: Client | None = None,
+    progress: bool | None = None,
+    **options: Any,
+) -> BootstrapResult:
+    """The Poisson bootstrap of ``dpgm.fit(model, data, method, **options)``: ``replicates`` refits in shared passes.
+
+    Parameters
+    ----------
+    model
+        A model of any kind, as for :func:`dpgm.fit`.
+    data
+        A dataset over ``row`` (opened with :func:`dpgm.open_dataset`, or in memory), or a Zarr
+        store's path. Its ``weight`` variable, if any, multiplies the Poisson weights.
+    replicates
+        Number of replicates ``B`` (at least 2).
+    random_state
+        Seed of the Poisson weights (:func:`dpgm.stats.resample.poisson_weights`): replicate ``b``
+        weighs row ``i`` the same whatever the chunking and the workers.
+    method
+        The fit method (None: the kind's default).
+    client
+        Dask client of the passes.
+    progress
+        Show each pass's progress. None (default): a bar where stderr is a terminal or in
+        Jupyter, nothing in a script.
+    **options
+        Options of :func:`dpgm.fit` (``tol``, ``max_iter`` and the method's). EM replicates
+        start from the fit on the data (``init="model"``, one start) where the method takes
+        ``init``.
+
+    Returns
+    -------
+    BootstrapResult
+        ``estimate`` (the fit on the data), ``replicates`` (every parameter over ``replicate``),
+        ``standard_errors``, ``confidence_interval(level)`` (percentile intervals), ``passes``.
+
+    Raises
+    ------
+    ConfigError
+        ``replicates`` below 2, a method or option the kind does not take, ``checkpoint`` /
+        ``resume`` options.
+    DataError
+        As for :func:`dpgm.fit`; a replicate's error names the replicate.
+
+    Examples
+    --------
+    >>> import dpgm
+    >>> rows = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 2000, seed=0)
+    >>> chain = dpgm.BayesianNetwork.from_edges([("smoke", "lung")])
+    >>> boot = dpgm.bootstrap(chain, rows[["smoke", "lung"]], replicates=50)
+    >>> boot.replicates["table:lung"].dims, boot.passes
+    (('replicate', 'lung', 'smoke'), 1)
+    """
+    from dpgm.api.kinds import kind_of
+    from dpgm.api.shared_passes import FitJob, check_fit, fit_together
+    from dpgm.stats.resample import check_replicates
+    from dpgm.stats.source import DataSource
+
+    replicates, random_state = check_replicates(replicates, random_state)
+    data = open_source(data, client=client)
+    if isinstance(data, xr.DataArray):
+        raise TypeError("bootstrap resamples rows: expected an xarray.Dataset, got a table of counts (a "
+                        "DataArray); dpgm.from_table makes weighted rows of it")
+    checked = check_fit(model, method, options, "bootstrap")
+    data = data.copy()
+    data.encoding = {}  # the passes read the chunks through the dataset's arrays: merged passes share those reads
+    kind = kind_of(model)
+    start_from_estimate = checked[0] in kind.em_methods and "init" in kind.methods[checked[0]].options
+    estimate_job = FitJob(model, *checked, DataSource.of(data), None)
+    if start_from_estimate:  # the replicates start where the estimate ended: two stages
+        (outcome,), passes = fit_together([estimate_job], client, progress)
+        estimate = _unwrap(outcome, "the fit on the data")
+        method_, options_, tol, max_iter = checked
+        options_ = {**options_, "init": "model", "n_init": 1}
+        jobs = [FitJob(estimate.model, method_, options_, tol, max_iter,
+                       DataSource.of(_replicate_data(data, b, random_state)), b) for b in range(replicates)]
+        outcomes, more = fit_together(jobs, client, progress)
+        passes += more
+    else:
+        jobs = [estimate_job] + [FitJob(model, *checked, DataSource.of(_replicate_data(data, b, random_state)), b)
+                                 for b in range(replicates)]
+        outcomes, passes = fit_together(jobs, client, progress)
+        estimate = _unwrap(outcomes.pop(0), "the fit on the data")
+    fits = [_unwrap(outcome, f"replicate {b}") for b, outcome in enumerate(outcomes)]
+    return _result(estimate, fits, passes, random_state)
+
+
+def _unwrap(outcome: tuple[bool, Any], where: str) -> FitResult:
+    ok, value = outcome
+    if not ok:
+        if isinstance(value, Exception):
+            value.add_note(f"bootstrap: {where}")
+        raise value
+    return value
+
+
+def _result(estimate: FitResult, fits: list[FitResult], passes: int, random_state: int) -> BootstrapResult:
+    from dpgm.models.parameters import parameter_tables
+
+    tables = [parameter_tables(fit.model) for fit in fits]
+    names = tuple(parameter_tables(estimate.model))
+    variables: dict[str, Any] = {name: xr.concat([t[name] for t in tables], dim="replicate") for name in names}
+    replicate = np.arange(len(fits))
+    variables["loglik"] = xr.DataArray([f.loglik for f in fits], dims=("replicate",),
+                                       attrs={"long_name": "the replicate's weighted log-likelihood"})
+    variables["converged"] = xr.DataArray([f.converged for f in fits], dims=("replicate",))
+    variables["passes"] = xr.DataArray([f.passes for f in fits], dims=("replicate",),
+                                       attrs={"long_name": "passes the replicate's fit asked for (shared)"})
+    dataset = xr.Dataset(variables).assign_coords(replicate=replicate)
+    dataset.attrs.update({"random_state": random_state, "passes": passes, "method": estimate.method,
+                          "model": type(estimate.model).__name__})
+    return BootstrapResult(estimate, dataset, passes, random_state, names)

@@ -1,0 +1,91 @@
+"""Poisson bootstrap weights: each row's weight in each replicate from a hash of its position.
+
+Replicate ``b`` of the Poisson bootstrap (Hanley & MacGibbon 2006; Chamandy et al.,
+"Estimating uncertainty for massive data streams", Google 2012) weighs row ``i`` by a
+Poisson(1) draw ``w[i, b]``: the replicate's fit is the plain fit of the data weighted
+by ``w[:, b]`` (times the data's own weight). Like the folds (:mod:`dpgm.stats.folds`),
+the draws depend only on the row's position, ``b`` and ``random_state``, so a worker
+computes its chunk's weights from the chunk's first row, whatever the chunking and
+the number of workers.
+
+The draw is the inverse Poisson(1) distribution function of a uniform ``u``: the
+number of values of ``F(k) = P(X <= k)`` at most ``u``. The uniform is the top 53 bits
+of the ``b + 1``-th output of SplitMix64 (Steele, Lea & Flood, OOPSLA 2014) seeded
+with the row's own hash ``mix(position + (random_state + 1) * 0x9E3779B97F4A7C15)``:
+``mix(seed + (b + 1) * 0x9E3779B97F4A7C15)``.
+
+Examples
+--------
+>>> import numpy as np
+>>> from dpgm.stats.resample import poisson_weights
+>>> poisson_weights(np.arange(8), replicate=0, random_state=0).tolist()
+[1, 1, 1, 2, 1, 3, 1, 1]
+>>> np.array_equal(poisson_weights(np.arange(4, 8), 0, 0), poisson_weights(np.arange(8), 0, 0)[4:])
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["POISSON_CDF", "check_replicates", "poisson_weights", "replicate_weights", "splitmix"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+# P(X <= k) of Poisson(1) for k = 0 .. 20; P(X > 20) < 2**-53, below the uniform's resolution
+POISSON_CDF = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(21)])
+
+
+def check_replicates(replicates: Any, random_state: Any) -> tuple[int, int]:
+    """``(replicates, random_state)`` checked: at least 2 replicates, a nonnegative integer seed."""
+    from dpgm.errors import ConfigError, ConfigTypeError
+
+    if isinstance(replicates, bool) or not isinstance(replicates, (int, np.integer)):
+        raise ConfigTypeError(f"replicates must be an integer, got {replicates!r}")
+    if not 2 <= replicates <= 100_000:
+        raise ConfigError(f"replicates must be between 2 and 100000, got {replicates!r}")
+    if isinstance(random_state, bool) or not isinstance(random_state, (int, np.integer)):
+        raise ConfigTypeError(f"random_state must be an integer, got {random_state!r}")
+    if random_state < 0:
+        raise ConfigError(f"random_state must be nonnegative, got {random_state!r}")
+    return int(replicates), int(random_state)
+
+
+def splitmix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser of ``uint64`` values (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def poisson_weights(positions: np.ndarray, replicate: int, random_state: int = 0) -> np.ndarray:
+    """Replicate ``replicate``'s Poisson(1) weight (``uint8``) of the rows at ``positions``."""
+    with np.errstate(over="ignore"):
+        seed = splitmix(np.asarray(positions, dtype=np.uint64) + np.uint64(random_state + 1) * _GOLDEN)
+        z = splitmix(seed + np.uint64(replicate + 1) * _GOLDEN)
+    uniform = (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return np.searchsorted(POISSON_CDF, uniform, side="right").astype(np.uint8)
+
+
+def _block(block_info: dict | None = None, *, replicate: int, random_state: int) -> np.ndarray:
+    start, stop = block_info[None]["array-location"][0]
+    return poisson_weights(np.arange(start, stop), replicate, random_state)
+
+
+def replicate_weights(n_rows: int, chunks: Sequence[int] | None, replicate: int, random_state: int = 0) -> Any:
+    """Every row's weight in ``replicate``: a Dask array chunked as ``chunks`` (computed per chunk on the
+    workers), or NumPy (None)."""
+    if chunks is None:
+        return poisson_weights(np.arange(n_rows), replicate, random_state)
+    import dask.array as da
+
+    return da.map_blocks(_block, chunks=(tuple(chunks),), dtype=np.uint8, replicate=replicate,
+                         random_state=random_state,
+                         name=f"poisson-weight-{replicate}-{random_state}-{n_rows}-{hash(tuple(chunks)) & 0xFFFFFFFF:x}")
