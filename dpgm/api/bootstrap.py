@@ -12,6 +12,7 @@ together, and their components or states keep the estimate's labels.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,9 +118,9 @@ def bootstrap(
     replicates: int = 200,
     random_state: int = 0,
     method: str | None = None,
+    options: Mapping[str, Any] | None = None,
     client: Client | None = None,
     progress: bool | None = None,
-    **options: Any,
 ) -> BootstrapResult:
     """The Poisson bootstrap of ``dpgm.fit(model, data, method, **options)``: ``replicates`` refits in shared passes.
 
@@ -142,10 +143,10 @@ def bootstrap(
     progress
         Show each pass's progress. None (default): a bar where stderr is a terminal or in
         Jupyter, nothing in a script.
-    **options
-        Options of :func:`dpgm.fit` (``tol``, ``max_iter`` and the method's). EM replicates
-        start from the fit on the data (``init="model"``, one start) where the method takes
-        ``init``.
+    options
+        Options of :func:`dpgm.fit` (``tol``, ``max_iter`` and the method's, e.g. an EM fit's own
+        ``random_state``), as a dict. EM replicates start from the fit on the data
+        (``init="model"``, one start) where the method takes ``init``.
 
     Returns
     -------
@@ -180,7 +181,7 @@ def bootstrap(
     if isinstance(data, xr.DataArray):
         raise TypeError("bootstrap resamples rows: expected an xarray.Dataset, got a table of counts (a "
                         "DataArray); dpgm.from_table makes weighted rows of it")
-    checked = check_fit(model, method, options, "bootstrap")
+    checked = check_fit(model, method, dict(options or {}), "bootstrap")
     data = data.copy()
     data.encoding = {}  # the passes read the chunks through the dataset's arrays: merged passes share those reads
     kind = kind_of(model)

@@ -1,0 +1,205 @@
+"""``dpgm.bootstrap`` against independent recomputations and closed-form standard errors.
+
+Oracles: the Poisson weights recomputed by a pure-Python SplitMix64 (integers mod 2**64) and
+SciPy's ``poisson.ppf`` (exact); each replicate equal to a plain weighted :func:`dpgm.fit` on
+those weights (rtol 1e-12 for closed forms); bootstrap standard errors against the asymptotic
+ones within their Monte Carlo error: a multinomial proportion's ``sqrt(p (1 - p) / n)``,
+statsmodels' OLS ``bse``, a mean's ``s / sqrt(n)``. The standard error of a bootstrap standard
+error from ``B`` replicates is about ``se / sqrt(2 (B - 1))``; each entry is allowed 4 of them.
+The pass count is read from the cluster's task stream.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+import xarray as xr
+
+import dpgm
+from dpgm.errors import ConfigError, ConfigTypeError
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _weights(n: int, replicate: int, random_state: int) -> np.ndarray:
+    """Replicate ``replicate``'s Poisson(1) weights of rows ``0 .. n - 1``, recomputed without dpgm."""
+    uniforms = []
+    for i in range(n):
+        seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
+        z = _mix((seed + (replicate + 1) * _GOLDEN) & _MASK)
+        uniforms.append((z >> 11) / 2.0**53)
+    return scipy.stats.poisson.ppf(np.array(uniforms), 1.0).astype(np.int64)
+
+
+def _with_weights(data: xr.Dataset, weights: np.ndarray) -> xr.Dataset:
+    return data.assign(weight=xr.DataArray(weights.astype(np.float64), dims=("row",)))
+
+
+def _asia(n: int, seed: int = 0) -> xr.Dataset:
+    return dpgm.sample_bayesian_network(dpgm.load_network("asia"), n, seed=seed).compute()
+
+
+def test_poisson_weights_equal_an_independent_splitmix64_and_poisson_quantile():
+    from dpgm.stats.resample import poisson_weights
+
+    for replicate, random_state in ((0, 0), (5, 0), (3, 11)):
+        np.testing.assert_array_equal(poisson_weights(np.arange(3000), replicate, random_state),
+                                      _weights(3000, replicate, random_state))
+
+
+def test_poisson_weights_are_poisson_one_and_independent_across_replicates():
+    from dpgm.stats.resample import poisson_weights
+
+    draws = np.stack([poisson_weights(np.arange(200_000), b, 7) for b in range(2)])
+    observed = np.bincount(np.minimum(draws[0], 6), minlength=7)
+    expected = scipy.stats.poisson.pmf(np.arange(7), 1.0) * draws.shape[1]
+    expected[6] = scipy.stats.poisson.sf(5, 1.0) * draws.shape[1]
+    assert scipy.stats.chisquare(observed, expected).pvalue > 1e-3
+    assert abs(np.corrcoef(draws)[0, 1]) < 4 / np.sqrt(draws.shape[1])  # independent replicates
+
+
+def test_bayesian_network_replicates_from_zarr_take_one_pass_and_equal_weighted_fits(tmp_path, client):
+    from dask.utils import key_split
+    from distributed import get_task_stream
+
+    data = _asia(2000)
+    dpgm.write_dataset(data, tmp_path / "asia.zarr", chunk_rows=300)
+    stored = dpgm.open_dataset(tmp_path / "asia.zarr")
+    model = dpgm.BayesianNetwork.from_edges(dpgm.load_network("asia").edges)
+    with get_task_stream(client=client) as stream:
+        result = dpgm.bootstrap(model, stored, replicates=25, random_state=4, client=client, progress=False)
+    reads = sum(1 for task in stream.data if key_split(task["key"]) == "open_dataset-smoke")
+    assert reads / len(stored.chunks["row"]) == 1 == result.passes  # the fit on the data and 25 replicates
+    for b in (0, 13, 24):
+        expected = dpgm.fit(model, _with_weights(data, _weights(2000, b, 4))).model
+        for variable in model.variables:
+            np.testing.assert_allclose(result.replicates[f"table:{variable}"].isel(replicate=b).values,
+                                       expected.cpds[variable].values, rtol=1e-12)
+        assert float(result.replicates.loglik[b]) == pytest.approx(
+            dpgm.fit(model, _with_weights(data, _weights(2000, b, 4))).loglik, rel=1e-12)
+    np.testing.assert_allclose(result.estimate.model.cpds["lung"].values, dpgm.fit(model, data).model.cpds["lung"].values,
+                               rtol=1e-12)
+
+
+def test_replicates_are_the_same_whatever_the_chunking(tmp_path):
+    data = _asia(1500, seed=2)
+    model = dpgm.BayesianNetwork.from_edges([("smoke", "lung"), ("lung", "either")])
+    results = []
+    for chunk_rows in (200, 700):
+        path = tmp_path / f"asia-{chunk_rows}.zarr"
+        dpgm.write_dataset(data, path, chunk_rows=chunk_rows)
+        results.append(dpgm.bootstrap(model, dpgm.open_dataset(path)[["smoke", "lung", "either"]], replicates=6,
+                                      progress=False))
+    xr.testing.assert_allclose(results[0].replicates, results[1].replicates, rtol=1e-12)
+
+
+def test_cpt_standard_errors_agree_with_the_multinomial_closed_form():
+    """se(p_jk) = sqrt(p_jk (1 - p_jk) / n_j) for the MLE of a CPT entry with n_j rows of its parents' states."""
+    data = _asia(20_000, seed=5)
+    model = dpgm.BayesianNetwork.from_edges([("smoke", "lung"), ("smoke", "bronc"), ("bronc", "dysp")])
+    replicates = 400
+    result = dpgm.bootstrap(model, data[["smoke", "lung", "bronc", "dysp"]], replicates=replicates,
+                            random_state=1, progress=False)
+    frame = dpgm.to_pandas(data)
+    relative = 4 / np.sqrt(2 * (replicates - 1))
+    checked = 0
+    for child, parent in (("lung", "smoke"), ("bronc", "smoke"), ("dysp", "bronc")):
+        table = pd.crosstab(frame[child], frame[parent])
+        p = table / table.sum(axis=0)
+        asymptotic = np.sqrt(p * (1 - p) / table.sum(axis=0))
+        boot = result.standard_errors[f"table:{child}"].to_pandas()
+        for state in table.index:
+            for given in table.columns:
+                if table.loc[state, given] >= 30 and table[given].sum() - table.loc[state, given] >= 30:
+                    ratio = boot.loc[state, given] / asymptotic.loc[state, given]
+                    assert abs(ratio - 1) < relative, (child, state, given, ratio)
+                    checked += 1
+    assert checked >= 8
+    interval = result.confidence_interval(0.9)["table:lung"]
+    estimate = result.estimate.model.cpds["lung"]
+    assert ((interval.sel(bound="lower") <= estimate) & (estimate <= interval.sel(bound="upper"))).all()
+
+
+def test_glm_coefficient_standard_errors_agree_with_statsmodels():
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    x, z = rng.normal(size=n), rng.normal(size=n)
+    y = 0.5 + 1.5 * x - 0.7 * z + rng.normal(scale=0.8, size=n)
+    data = dpgm.from_pandas(pd.DataFrame({"x": x, "z": z, "y": y}))
+    replicates = 300
+    result = dpgm.bootstrap(dpgm.GLMConditional("y", ["x", "z"], "gaussian"), data, replicates=replicates,
+                            random_state=2, progress=False)
+    ols = sm.OLS(y, sm.add_constant(np.column_stack([x, z]))).fit()
+    boot = result.standard_errors["coefficients"].values
+    np.testing.assert_allclose(boot / ols.bse, 1.0, atol=4 / np.sqrt(2 * (replicates - 1)))
+    np.testing.assert_allclose(result.estimate.model.coefficients.values, ols.params, rtol=1e-8)
+
+
+def test_gaussian_mean_standard_errors_agree_with_s_over_root_n():
+    rng = np.random.default_rng(8)
+    x = rng.multivariate_normal([0.0, 3.0, -1.0], [[1.0, 0.4, 0.0], [0.4, 2.0, 0.3], [0.0, 0.3, 0.5]], 4000)
+    data = dpgm.from_pandas(pd.DataFrame(x, columns=["a", "b", "c"]))
+    replicates = 300
+    result = dpgm.bootstrap(dpgm.GaussianGraphicalModel([("a", "b"), ("b", "c")]), data, replicates=replicates,
+                            method="closed_form", progress=False)
+    expected = x.std(axis=0, ddof=1) / np.sqrt(len(x))
+    np.testing.assert_allclose(result.standard_errors["mean"].values / expected, 1.0,
+                               atol=4 / np.sqrt(2 * (replicates - 1)))
+
+
+def test_mixture_replicates_start_from_the_estimate_and_keep_its_labels(tmp_path, client):
+    from dask.utils import key_split
+    from distributed import get_task_stream
+
+    rng = np.random.default_rng(4)
+    first = rng.random(900) < 0.35
+    x = np.where(first[:, None], rng.normal([0.0, 0.0], 1.0, (900, 2)), rng.normal([5.0, 4.0], 0.8, (900, 2)))
+    data = dpgm.from_pandas(pd.DataFrame(x, columns=["u", "v"]))
+    dpgm.write_dataset(data, tmp_path / "x.zarr", chunk_rows=300)
+    model = dpgm.GaussianMixture(2, ["u", "v"], "diag")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        with get_task_stream(client=client) as stream:
+            result = dpgm.bootstrap(model, dpgm.open_dataset(tmp_path / "x.zarr"), replicates=8, random_state=0,
+                                    client=client, progress=False, options={"n_init": 2, "tol": 1e-8})
+    estimate = result.estimate
+    expected = dpgm.fit(estimate.model, _with_weights(data, _weights(900, 5, 0)), init="model", n_init=1,
+                        tol=1e-8).model
+    np.testing.assert_allclose(result.replicates.means.isel(replicate=5).values, expected.means.values, rtol=1e-6)
+    # the k-means++ starts' sample pass, the estimate's EM passes, then the longest replicate's EM passes
+    reads = sum(1 for task in stream.data if key_split(task["key"]) == "open_dataset-u")
+    assert reads / 3 == result.passes == 1 + estimate.passes + int(result.replicates.passes.max())
+    assert int(result.replicates.passes.min()) < int(result.replicates.passes.max())
+    # every replicate's components keep the estimate's order: the means stay near the estimate's
+    spread = np.abs(result.replicates.means - estimate.model.means).max()
+    assert float(spread) < 0.5
+
+
+def test_bad_options_are_refused_before_any_pass():
+    data = _asia(200)
+    model = dpgm.BayesianNetwork.from_edges([("smoke", "lung")])
+    subset = data[["smoke", "lung"]]
+    with pytest.raises(ConfigError, match="replicates must be between 2"):
+        dpgm.bootstrap(model, subset, replicates=1)
+    with pytest.raises(ConfigTypeError, match="replicates must be an integer"):
+        dpgm.bootstrap(model, subset, replicates=2.5)
+    with pytest.raises(ConfigError, match="bootstrap: option 'checkpoint'"):
+        dpgm.bootstrap(model, subset, replicates=3, options={"checkpoint": "x"})
+    with pytest.raises(ConfigError, match="bootstrap"):
+        dpgm.bootstrap(model, subset, replicates=3, options={"alpha": 0.1})
+    result = dpgm.bootstrap(model, subset, replicates=3, progress=False)
+    with pytest.raises(ConfigError, match="level must be"):
+        result.confidence_interval(1.5)
