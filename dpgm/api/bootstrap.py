@@ -111,6 +111,17 @@ def _replicate_data(data: xr.Dataset, b: int, random_state: int) -> xr.Dataset:
     return data.assign({WEIGHT: xr.DataArray(weight.astype(np.float64), dims=("row",))})
 
 
+def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: int) -> Any:
+    """Replicate ``b``'s data source: its passes read ``data`` weighted by the replicate's Poisson weights, and
+    its count tables come with every other replicate's from one kernel per chunk."""
+    import dataclasses
+
+    from dpgm.stats.source import DataSource, Resampling
+
+    source = DataSource.of(_replicate_data(data, b, random_state))
+    return dataclasses.replace(source, resampling=Resampling(data, b, replicates, random_state))
+
+
 def bootstrap(
     model: Any,
     data: xr.Dataset | str,
@@ -192,12 +203,13 @@ def bootstrap(
         estimate = _unwrap(outcome, "the fit on the data")
         method_, options_, tol, max_iter = checked
         options_ = {**options_, "init": "model", "n_init": 1}
-        jobs = [FitJob(estimate.model, method_, options_, tol, max_iter,
-                       DataSource.of(_replicate_data(data, b, random_state)), b) for b in range(replicates)]
+        jobs = [FitJob(estimate.model, method_, options_, tol, max_iter, _replicate_source(data, b, replicates,
+                                                                                            random_state), b)
+                for b in range(replicates)]
         outcomes, more = fit_together(jobs, client, progress)
         passes += more
     else:
-        jobs = [estimate_job] + [FitJob(model, *checked, DataSource.of(_replicate_data(data, b, random_state)), b)
+        jobs = [estimate_job] + [FitJob(model, *checked, _replicate_source(data, b, replicates, random_state), b)
                                  for b in range(replicates)]
         outcomes, passes = fit_together(jobs, client, progress)
         estimate = _unwrap(outcomes.pop(0), "the fit on the data")

@@ -55,6 +55,10 @@ class SharedSource(DataSource):
         """``make()`` once for every job of the same ``group`` (the same data) asking for ``key``."""
         return self.shared.memo((self.group, key), make)
 
+    def memo_across(self, key: Any, make: Any) -> Any:
+        """``make()`` once for every job asking for ``key``, whatever its group (every bootstrap replicate)."""
+        return self.shared.memo(("across groups", key), make)
+
     def compute(self, lazy: Any) -> Any:
         """Wait for the other fits' next passes and run them all as one (an eager value is returned as it is)."""
         return self.shared.compute(self.index, lazy)

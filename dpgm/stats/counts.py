@@ -239,9 +239,8 @@ def count_arrays(source: DataSource, scopes: Iterable[Sequence[str]], *, labelle
     return source.memo(key, lambda: _count_arrays(source, scopes, labelled))
 
 
-def _count_arrays(source: DataSource, scopes: list, labelled: bool) -> Counts:
-    if source.is_table:
-        return _counts_from_table(source.data, scopes, labelled)
+def _count_plan(source: DataSource, scopes: list) -> tuple[list, tuple, CountPlan]:
+    """The checked scopes, the maximal ones to count and their plan."""
     schema = source.schema
     scopes = schema.check_scopes(scopes)
     check_table_sizes(scopes, {v: schema[v].cardinality for s in scopes for v in s})
@@ -252,17 +251,74 @@ def _count_arrays(source: DataSource, scopes: list, labelled: bool) -> Counts:
         cardinalities=tuple(schema[v].cardinality for v in variables),
         scopes=tuple(tuple(variables.index(v) for v in s) for s in maximal),
     )
-    # the count kernel keeps no reference to a chunk's columns: reads reuse scratch buffers
-    arrays = source.columns(variables, reuse=True)
-    if not arrays:
-        arrays = {"_rows": np.zeros(schema.n_rows, dtype=np.int8)}
-    total = source.compute(map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts"))
+    return scopes, maximal, plan
+
+
+def _count_arrays(source: DataSource, scopes: list, labelled: bool) -> Counts:
+    if source.is_table:
+        return _counts_from_table(source.data, scopes, labelled)
+    scopes, maximal, plan = _count_plan(source, scopes)
+    if source.resampling is not None:
+        total = _replicate_totals(source, scopes, plan)
+    else:
+        total = _totals(source, plan)
     offsets = plan.offsets
     extended = {
         scope: total["tables"][offsets[t] : offsets[t + 1]].reshape(plan.extended_shape(t))
         for t, scope in enumerate(maximal)
     }
-    return _assemble(scopes, extended, schema.states, total["rows"].item(), labelled)
+    return _assemble(scopes, extended, source.schema.states, total["rows"].item(), labelled)
+
+
+def _totals(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
+    """The flat extended tables of ``plan`` and the rows (their weight), in one pass."""
+    variables = plan.variables
+    # the count kernel keeps no reference to a chunk's columns: reads reuse scratch buffers
+    arrays = source.columns(variables, reuse=True)
+    if not arrays:
+        arrays = {"_rows": np.zeros(source.schema.n_rows, dtype=np.int8)}
+    return source.compute(map_reduce(arrays, functools.partial(_kernel_adapter, plan=plan), name="dpgm-counts"))
+
+
+def _replicate_totals(source: DataSource, scopes: list, plan: CountPlan) -> dict[str, np.ndarray]:
+    """A bootstrap replicate's :func:`_totals`, sliced from every replicate's, counted in one kernel per chunk
+    (:func:`dpgm.stats.resample.replicate_count_chunk`) for all the replicates run side by side."""
+    resampling = source.resampling
+    key = ("replicate counts", plan, resampling.replicates, resampling.random_state)
+    every = source.memo_across(key, lambda: _all_replicates(source, plan))
+    b = resampling.replicate
+    return {"tables": every["tables"][:, b], "rows": every["rows"][b]}
+
+
+def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
+    resampling = source.resampling
+    data = resampling.data
+    arrays = {v: data.variables[v].data for v in plan.variables}
+    if WEIGHT in data.data_vars:
+        arrays[WEIGHT] = data.variables[WEIGHT].data
+    n = int(data.sizes["row"])
+    chunks = data.chunks.get("row") if data.chunks else None
+    if chunks:
+        import dask.array as da
+
+        arrays["_position"] = da.arange(n, chunks=(tuple(chunks),), dtype=np.int64)
+    else:
+        arrays["_position"] = np.arange(n, dtype=np.int64)
+    kernel = functools.partial(_replicate_kernel, plan=plan, replicates=resampling.replicates,
+                               random_state=resampling.random_state)
+    return source.compute(map_reduce(arrays, kernel, name="dpgm-replicate-counts"))
+
+
+def _replicate_kernel(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan, replicates: int,
+                      random_state: int) -> dict[str, np.ndarray]:
+    from dpgm.stats.resample import replicate_count_chunk
+
+    weights = columns.get(WEIGHT)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        _check_weights(weights, index)
+    codes = [np.asarray(columns[v]) for v in plan.variables]
+    return replicate_count_chunk(codes, columns["_position"], plan, replicates, random_state, weights, chunk=index)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):

@@ -30,9 +30,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
-__all__ = ["POISSON_CDF", "check_replicates", "poisson_weights", "replicate_weights", "splitmix"]
+__all__ = ["POISSON_CDF", "check_replicates", "poisson_weights", "replicate_count_chunk", "replicate_weights",
+           "splitmix"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -89,3 +91,77 @@ def replicate_weights(n_rows: int, chunks: Sequence[int] | None, replicate: int,
     return da.map_blocks(_block, chunks=(tuple(chunks),), dtype=np.uint8, replicate=replicate,
                          random_state=random_state,
                          name=f"poisson-weight-{replicate}-{random_state}-{n_rows}-{hash(tuple(chunks)) & 0xFFFFFFFF:x}")
+
+
+# ---------------------------------------------------------------- every replicate's counts in one kernel
+
+
+@numba.njit(nogil=True, cache=True)
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(nogil=True, cache=True)
+def _replicate_count_rows(codes, cardinalities, scope_columns, scope_starts, table_offsets, positions, random_state,
+                          base, weighted, cdf, out, rows):
+    """Add every row's Poisson weights, replicate by replicate, to its cell of every table.
+
+    ``out`` is (cells, replicates): a row's weights (one per replicate) are added to the
+    contiguous row of its cell in each table, a loop the compiler vectorizes. ``rows``
+    (replicates,) receives the weights' totals.
+    """
+    replicates = out.shape[1]
+    weights = np.empty(replicates, dtype=out.dtype)
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    salt = np.uint64(random_state + 1) * golden
+    for r in range(codes.shape[1]):
+        seed = _mix(np.uint64(positions[r]) + salt)
+        scale = base[r] if weighted else 1.0
+        for b in range(replicates):
+            z = _mix(seed + np.uint64(b + 1) * golden)
+            u = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+            k = 0
+            while k < cdf.shape[0] and cdf[k] <= u:
+                k += 1
+            weights[b] = k * scale if weighted else k
+        for b in range(replicates):
+            rows[b] += weights[b]
+        for t in range(scope_starts.shape[0] - 1):
+            cell = 0
+            for p in range(scope_starts[t], scope_starts[t + 1]):
+                j = scope_columns[p]
+                c = codes[j, r]
+                cell = cell * (cardinalities[j] + 1) + (cardinalities[j] if c < 0 else c)
+            target = out[table_offsets[t] + cell]
+            for b in range(replicates):
+                target[b] += weights[b]
+
+
+def replicate_count_chunk(codes: list[np.ndarray], positions: np.ndarray, plan: Any, replicates: int,
+                          random_state: int, base: np.ndarray | None = None, chunk: int = 0) -> dict[str, np.ndarray]:
+    """Every replicate's flat extended tables of one chunk (:mod:`dpgm.stats.kernels`' layout), in one kernel.
+
+    Returns ``{"tables": (cells, replicates), "rows": (replicates,)}``: replicate ``b``'s
+    column equals :func:`dpgm.stats.kernels.count_chunk` of the chunk weighted by
+    ``poisson_weights(positions, b, random_state) * base``.
+    """
+    from dpgm.stats.kernels import _check_codes, _stack
+
+    _check_codes(codes, plan, chunk)
+    matrix = _stack(codes) if len(codes) else np.zeros((0, len(positions)), dtype=np.int8)
+    offsets = plan.offsets
+    columns = np.array([j for scope in plan.scopes for j in scope], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
+    weighted = base is not None
+    # whole Poisson weights add up exactly in int32 (8 per vector instruction) while a chunk's total stays below
+    # 2**31 (at most 20 per row); frequency weights need float64
+    dtype = np.int32 if not weighted and len(positions) * len(POISSON_CDF) < 2**31 else np.float64
+    out = np.zeros((int(offsets[-1]), replicates), dtype=dtype)
+    rows = np.zeros(replicates, dtype=np.float64)
+    _replicate_count_rows(matrix, np.asarray(plan.cardinalities, dtype=np.int64), columns, starts, offsets,
+                          np.asarray(positions, dtype=np.int64), random_state,
+                          np.asarray(base if weighted else np.zeros(1), dtype=np.float64), weighted, POISSON_CDF,
+                          out, rows)
+    return {"tables": out.astype(np.float64), "rows": rows}

@@ -31,7 +31,27 @@ from dpgm.data.schema import WEIGHT, Schema
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["DataSource"]
+__all__ = ["DataSource", "Resampling"]
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """Replicate ``replicate`` of ``replicates`` of a Poisson bootstrap (:mod:`dpgm.stats.resample`) of ``data``.
+
+    Attributes
+    ----------
+    data
+        The data before the replicate's weights (its own ``weight`` variable, if any, kept).
+    replicate, replicates
+        This replicate and their number.
+    random_state
+        Seed of the Poisson weights.
+    """
+
+    data: xr.Dataset
+    replicate: int
+    replicates: int
+    random_state: int
 
 
 @dataclass(frozen=True)
@@ -48,12 +68,17 @@ class DataSource:
         The Dask client the passes run on, or ``None`` (the default scheduler).
     progress
         What every pass reports to (see :func:`dpgm.cluster.compute`).
+    resampling
+        A bootstrap replicate's data (:class:`Resampling`): ``data`` is ``resampling.data``
+        weighted by the replicate's Poisson weights; count tables of every replicate come
+        from one kernel (:func:`dpgm.stats.counts.count_arrays`). None otherwise.
     """
 
     data: xr.Dataset | xr.DataArray
     schema: Schema | None
     client: Client | None = None
     progress: Any = False
+    resampling: Resampling | None = None
 
     @classmethod
     def of(cls, data: xr.Dataset | xr.DataArray | DataSource, *, client: Client | None = None,
@@ -119,6 +144,11 @@ class DataSource:
         A plain source computes it; sources of fits that run side by side on the same data
         (:class:`dpgm.api.shared_passes.SharedSource`) compute it once for all of them.
         """
+        return make()
+
+    def memo_across(self, key: Any, make: Any) -> Any:
+        """The statistic ``make()`` of every replicate of a bootstrap at once (:attr:`resampling`), named by
+        ``key``: a plain source computes it; sources of replicates run side by side share it."""
         return make()
 
     def compute(self, lazy: Any) -> Any:

@@ -12,6 +12,7 @@ The pass count is read from the cluster's task stream.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -80,7 +81,11 @@ def test_bayesian_network_replicates_from_zarr_take_one_pass_and_equal_weighted_
     with get_task_stream(client=client) as stream:
         result = dpgm.bootstrap(model, stored, replicates=25, random_state=4, client=client, progress=False)
     reads = sum(1 for task in stream.data if key_split(task["key"]) == "open_dataset-smoke")
-    assert reads / len(stored.chunks["row"]) == 1 == result.passes  # the fit on the data and 25 replicates
+    n_chunks = len(stored.chunks["row"])
+    assert reads / n_chunks == 1 == result.passes  # the fit on the data and 25 replicates
+    # every replicate's tables from one kernel per chunk, the estimate's from the plain count kernel
+    kernels = Counter(key_split(task["key"]) for task in stream.data)
+    assert kernels["dpgm-replicate-counts-map"] == n_chunks == kernels["dpgm-counts-map"], kernels
     for b in (0, 13, 24):
         expected = dpgm.fit(model, _with_weights(data, _weights(2000, b, 4))).model
         for variable in model.variables:
@@ -203,3 +208,31 @@ def test_bad_options_are_refused_before_any_pass():
     result = dpgm.bootstrap(model, subset, replicates=3, progress=False)
     with pytest.raises(ConfigError, match="level must be"):
         result.confidence_interval(1.5)
+
+
+def test_every_replicates_tables_in_one_kernel_equal_bincount_with_its_weights():
+    """The fused kernel against ``np.bincount`` of each replicate's cells, with missing codes and frequency weights."""
+    from dpgm.stats.kernels import CountPlan
+    from dpgm.stats.resample import replicate_count_chunk
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    codes = [rng.integers(-1, 3, n).astype(np.int8), rng.integers(-1, 2, n).astype(np.int8),
+             rng.integers(0, 4, n).astype(np.int16)]
+    plan = CountPlan(("a", "b", "c"), (3, 2, 4), ((0, 1), (1, 2), (2,)))
+    positions = np.arange(700, 700 + n)
+    base = rng.gamma(2.0, size=n)
+    for weights in (None, base):
+        every = replicate_count_chunk(codes, positions, plan, 9, 6, weights)
+        for b in (0, 4, 8):
+            w = _weights(700 + n, b, 6)[700:] * (1.0 if weights is None else weights)
+            expected = []
+            for scope in plan.scopes:
+                cell = np.zeros(n, dtype=np.int64)
+                for j in scope:
+                    k = plan.cardinalities[j]
+                    cell = cell * (k + 1) + np.where(codes[j] < 0, k, codes[j])
+                size = int(np.prod([plan.cardinalities[j] + 1 for j in scope]))
+                expected.append(np.bincount(cell, weights=w, minlength=size))
+            np.testing.assert_allclose(every["tables"][:, b], np.concatenate(expected), rtol=1e-12)
+            assert every["rows"][b] == pytest.approx(w.sum(), rel=1e-12)
