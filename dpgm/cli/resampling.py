@@ -101,14 +101,15 @@ def bootstrap(spec, data, replicates, random_state, out, report, level, overwrit
             save_replicates(result.replicates, out)
             click.echo(summary(result))
             failed = replicates - int(result.replicates["converged"].sum())
-            click.echo(f"{replicates} replicates, {result.passes} pass(es) over the data, {seconds:.2f} s; "
-                       f"replicates saved to {out}"
-                       + (f"; {failed} replicate(s) did not converge" if failed else ""))
+            stopped = ([] if result.estimate.converged else ["the fit on the data did not converge"]) + (
+                [f"{failed} replicate(s) did not converge"] if failed else [])
+            click.echo("; ".join([f"{replicates} replicates, {result.passes} pass(es) over the data, {seconds:.2f} s",
+                                  f"replicates saved to {out}", *stopped]))
             if report:
                 payload = report_of(result, level) | {"seconds": seconds, "spec": str(spec), "data": str(data),
                                                       "out": str(out)}
                 write_text_atomically(report, json.dumps(payload, indent=2, default=float, allow_nan=False))
-    if failed or not result.estimate.converged:
+    if stopped:
         sys.exit(EX_NOT_CONVERGED)
 
 
