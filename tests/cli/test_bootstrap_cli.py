@@ -196,7 +196,7 @@ def test_a_fit_stopped_at_its_limit_exits_3_with_the_store_written(tmp_path, sha
     run = run_dpgm("bootstrap", tmp_path / "spec.yaml", tmp_path / "data.zarr", "--replicates", 2,
                    "--out", tmp_path / "R.zarr", "--report", tmp_path / "r.json")
     assert run.returncode == 3, run.stderr[-3000:]
-    assert "2 replicate(s) did not converge" in run.stdout
+    assert "the fit on the data did not converge; 2 replicate(s) did not converge" in run.stdout
     back = xr.open_zarr(tmp_path / "R.zarr")
     assert not back["converged"].values.any() and (back["passes"].values <= 2).all()
     assert json.loads((tmp_path / "r.json").read_text())["estimate"]["converged"] is False
