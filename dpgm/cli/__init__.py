@@ -7,7 +7,7 @@ failed or interrupted command leaves none half-written.
 
 from __future__ import annotations
 
-from dpgm.cli import datasets, demo, fitting, validation, verify  # noqa: F401  (each registers its commands on the group)
+from dpgm.cli import datasets, demo, fitting, resampling, validation, verify  # noqa: F401  (each registers its commands on the group)
 from dpgm.cli.entry import cli, main
 
 __all__ = ["cli", "main"]
