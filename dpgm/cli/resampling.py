@@ -88,15 +88,11 @@ def bootstrap(spec, data, replicates, random_state, out, report, level, overwrit
             model, method, options = build_model(parsed, schema.states, continuous=schema.continuous)
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
-        if "random_state" in options:  # dpgm.bootstrap's random_state is the weights' seed: it takes none for the fit
-            click.echo(f"warning: specification {spec!r}: random_state {options.pop('random_state')!r} (the seed of "
-                       "the fit's random starts) is not used: --random-state seeds the Poisson weights, and the fit "
-                       "on the data starts from unseeded random starts", err=True)
         with claimed("--out", out, overwrite=overwrite):  # one writer: a second one exits 73 naming this one
             with cluster(scheduler, scheduler_file, workers) as client:
                 start = time.perf_counter()
                 result = run(model, ds, replicates=replicates, random_state=random_state, method=method,
-                             client=client, progress=progress(), **options)
+                             options=options, client=client, progress=progress())
                 seconds = time.perf_counter() - start
             save_replicates(result.replicates, out)
             click.echo(summary(result))

@@ -54,8 +54,8 @@ def check_replicates(replicates: Any, random_state: Any) -> tuple[int, int]:
         raise ConfigError(f"replicates must be between 2 and 100000, got {replicates!r}")
     if isinstance(random_state, bool) or not isinstance(random_state, (int, np.integer)):
         raise ConfigTypeError(f"random_state must be an integer, got {random_state!r}")
-    if random_state < 0:
-        raise ConfigError(f"random_state must be nonnegative, got {random_state!r}")
+    if not 0 <= random_state < 2**63:
+        raise ConfigError(f"random_state must be between 0 and 2**63 - 1, got {random_state!r}")
     return int(replicates), int(random_state)
 
 
