@@ -36,7 +36,10 @@ def bayesian_network_estimate(
     ``theta[x | u] = (n(x, u) + a(x, u)) / sum_x (n(x, u) + a(x, u))``, with ``a = 0``
     for the MLE. A parent configuration with no count and no pseudo-count gets the
     uniform distribution (its MLE is undefined); how many did is returned in
-    ``info["empty_parent_configurations"]``.
+    ``info["empty_parent_configurations"]``. ``info["standard_errors"]`` holds each entry's
+    ``sqrt(theta (1 - theta) / n_u)`` (the MLE's asymptotic standard error, ``n_u`` the rows of
+    the parent configuration ``u``) or, under a prior, the Dirichlet posterior's standard
+    deviation ``sqrt(theta (1 - theta) / (n_u + a_u + 1))``; NaN where ``u`` has no row.
 
     Returns
     -------
@@ -49,13 +52,19 @@ def bayesian_network_estimate(
     flat = [(counts + alpha).ravel() for _, _, counts, alpha in families]
     theta, empty = layout.normalize(np.concatenate(flat) if flat else np.zeros(0))
     labelled = {f[0]: table for f, table, _, _ in families}
-    cpds = {}
+    totals = {f[0]: (counts + alpha).sum(axis=0, keepdims=True) + (0.0 if prior is None else 1.0)
+              for f, _, counts, alpha in families}
+    cpds, errors = {}, {}
     for v, estimate in layout.tables(theta).items():
         # the counts' labels are the table's: a shallow copy with new values keeps their indexes
         cpd = labelled[v].copy(deep=False, data=estimate)
         cpd.attrs, cpd.name = {}, None
         cpds[v] = cpd
-    return BayesianNetwork(cpds), {"empty_parent_configurations": empty}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            spread = np.where(totals[v] > (0.0 if prior is None else 1.0),
+                              np.sqrt(estimate * (1 - estimate) / totals[v]), np.nan)
+        errors[f"table:{v}"] = cpd.copy(deep=False, data=spread)
+    return BayesianNetwork(cpds), {"empty_parent_configurations": empty, "standard_errors": errors}
 
 
 def _families(

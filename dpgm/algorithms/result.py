@@ -82,6 +82,65 @@ class FitResult:
         """Bayesian information criterion."""
         return -2 * self.loglik + self.n_params * math.log(max(self.n_rows, 1.0))
 
+    @property
+    def standard_errors(self) -> Any:
+        """Asymptotic standard errors of the parameters, labelled like them (an ``xarray.Dataset`` named as
+        :func:`dpgm.models.parameters.parameter_tables` names the parameters).
+
+        A Bayesian network's CPT entries: ``sqrt(p (1 - p) / n_u)`` for the MLE, with ``n_u`` the
+        rows (weight) of the entry's parent configuration (NaN where it has none); under a
+        Dirichlet prior (``method="bayes"``), the posterior standard deviation ``sqrt(p (1 - p) /
+        (n_u + a_u + 1))``, ``a_u`` the configuration's pseudo-counts. A GLM's (and a hybrid
+        network's GLM nodes') coefficients: the inverse Fisher information's (statsmodels'
+        ``bse``).
+
+        Raises
+        ------
+        NotImplementedError
+            The kind or method has no asymptotic standard errors yet (:func:`dpgm.bootstrap`
+            gives bootstrap standard errors for every kind).
+        """
+        import xarray as xr
+
+        tables = dict(self.info.get("standard_errors") or {})
+        # a GLM's coefficients carry their own; an EM fit's M step's are those of complete data, too small
+        saved = dict(self.model._to_store()) if hasattr(self.model, "_to_store") and self.method != "em" else {}
+        for key, table in saved.items():
+            if isinstance(key, str) and key.startswith("standard_errors"):
+                tables["coefficients" + key[len("standard_errors"):]] = table
+        if not tables:
+            raise NotImplementedError(
+                f"a {type(self.model).__name__} fitted by {self.method} has no asymptotic standard errors yet; "
+                "dpgm.bootstrap(model, data) gives bootstrap standard errors for every kind")
+        return xr.Dataset({name: table.rename(None) for name, table in tables.items()})
+
+    def confidence_interval(self, level: float = 0.95) -> Any:
+        """Wald intervals ``estimate -/+ z se`` (``z`` the standard normal's ``(1 + level) / 2`` quantile)
+        of the parameters that have :attr:`standard_errors`, over ``bound`` (``lower``, ``upper``).
+
+        Raises
+        ------
+        ValueError
+            ``level`` not strictly between 0 and 1.
+        NotImplementedError
+            As :attr:`standard_errors`.
+        """
+        import xarray as xr
+        from scipy.stats import norm
+
+        from dpgm.models.parameters import parameter_tables
+
+        if isinstance(level, bool) or not isinstance(level, float | int) or not 0 < level < 1:
+            raise ValueError(f"level must be a number strictly between 0 and 1, got {level!r}")
+        errors = self.standard_errors
+        estimates = parameter_tables(self.model)
+        z = float(norm.ppf((1 + level) / 2))
+        bounds = {}
+        for name in errors.data_vars:
+            estimate, error = xr.align(estimates[name], errors[name], join="left")
+            bounds[name] = xr.concat([estimate - z * error, estimate + z * error], dim="bound")
+        return xr.Dataset(bounds).assign_coords(bound=["lower", "upper"]).assign_attrs(level=level)
+
     def to_dict(self) -> dict[str, Any]:
         """The result without the model, as plain JSON-able values (``log_marginal_likelihood``
         only where there is one)."""
@@ -102,7 +161,8 @@ class FitResult:
             **scores,
             "passes": self.passes,
             "history": self.history,
-            "info": {k: v for k, v in self.info.items() if isinstance(v, int | float | str | bool | list | dict)},
+            "info": {k: v for k, v in self.info.items()
+                     if isinstance(v, int | float | str | bool | list | dict) and k != "standard_errors"},
         }
 
     def summary(self) -> str:

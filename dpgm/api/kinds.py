@@ -59,6 +59,9 @@ class Method:
         ``check_sizes(model, source, restarts, chunk_rows)`` refuses, before any pass, hidden
         or latent variables whose tables or per-chunk arrays cannot be held
         (:class:`~dpgm.errors.TableTooLarge`), or None.
+    standard_errors
+        Its fits have asymptotic standard errors (:attr:`FitResult.standard_errors`; ``dpgm fit
+        --standard-errors``).
     """
 
     function: Callable[..., FitResult]
@@ -67,6 +70,7 @@ class Method:
     stopping: bool = True
     iterative: bool = True
     check_sizes: Callable[[Any, Any, int, int], None] | None = None
+    standard_errors: bool = False
 
     def run(self, model: Any, source: Any, name: str, *, tol: float, max_iter: int, callback: Any,
             **options: Any) -> FitResult:
@@ -301,9 +305,9 @@ def _declarations() -> list[Kind]:
         return Method(function, options, takes_method=True, **how)
 
     bayesian = {"mle": Method(fit_bayesian_network, prior | goodness, takes_method=True, stopping=False,
-                              iterative=False),
+                              iterative=False, standard_errors=True),
                 "bayes": Method(fit_bayesian_network, prior | goodness, takes_method=True, stopping=False,
-                                iterative=False),
+                                iterative=False, standard_errors=True),
                 "em": Method(fit_bayesian_network_em, em | prior, check_sizes=latent_sizes)}
     gaussian_moments = {"closed_form": table(fit_gaussian, missing, iterative=False),
                         "ipf": table(fit_gaussian, stop | missing),
@@ -352,13 +356,13 @@ def _declarations() -> list[Kind]:
              predict_proba=component_posteriors, score=mixture_scores),
         Kind("GLMConditional", GLMConditional,
              {"glm": SpecForm(("model", "method", "child", "parents", "family"), glm_from_spec, ("l2",))},
-             {"irls": table(fit_glm, stop | missing)}, "irls",
+             {"irls": table(fit_glm, stop | missing, standard_errors=True)}, "irls",
              lambda m: {"child": m.child, "parents": list(m.parents), "family": m.family, "l2": m.l2},
              predict_proba=glm_probabilities, predict=predict, score=glm_scores),
         Kind("HybridNetwork", HybridNetwork,
              {"hybrid_network": SpecForm(("model", "method", "edges", "families", "variables", "latent"),
                                          hybrid_network_from_spec, ("l2",))},
-             {"mle": table(fit_hybrid, stop | missing), "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes)}, "mle",
+             {"mle": table(fit_hybrid, stop | missing, standard_errors=True), "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes)}, "mle",
              lambda m: {"edges": _edges(m), "families": m.families, "l2": m.l2},
              predict_proba=glm_probabilities, predict=predict, score=hybrid_scores),
     ]

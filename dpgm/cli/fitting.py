@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import click
+import numpy as np
 
 from dpgm.cli.connection import (
     checkpoint_location,
@@ -19,7 +20,7 @@ from dpgm.cli.connection import (
     workers_option,
 )
 from dpgm.cli.entry import cli
-from dpgm.cli.failures import EX_CANTCREAT, EX_NOT_CONVERGED, Failure, errors
+from dpgm.cli.failures import EX_CANTCREAT, EX_CONFIG, EX_NOT_CONVERGED, Failure, errors
 from dpgm.cli.options import fit_progress, progress
 from dpgm.cli.outputs import (
     check_output,
@@ -47,12 +48,15 @@ from dpgm.cli.outputs import (
               "(repeatable; the specification's 'drop:' list does the same).")
 @click.option("--performance-report", type=click.Path(), default=None,
               help="Save Dask's performance report of the fit (task stream, profile) to this HTML file.")
+@click.option("--standard-errors", is_flag=True,
+              help="Print each parameter's asymptotic standard error and 95 % Wald interval (and add them to "
+                   "--report); refused before any pass where the kind and method have none (dpgm bootstrap).")
 @scheduler_option
 @scheduler_file_option
 @workers_option
 @connection_options
-def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, drop, performance_report, scheduler,
-        scheduler_file, workers) -> None:
+def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_path, drop, performance_report,
+        standard_errors, scheduler, scheduler_file, workers) -> None:
     """Fit the model of SPEC (YAML/TOML) to the dataset DATA and save it to --out.
 
     Exits 0 on convergence and 3 when the iteration limit was reached first.
@@ -85,6 +89,8 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
             model, chosen, options = build_model(parsed, schema.states, method=method, continuous=schema.continuous)
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
+        if standard_errors:
+            _check_standard_errors(model, chosen or _default_method(model))
         if checkpoint:
             options["checkpoint"] = checkpoint_location(checkpoint)
         if resume:
@@ -101,14 +107,93 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
                 seconds = time.perf_counter() - start
             save_model(result.model, out, result=result, data=data, seconds=seconds)
             click.echo(result.summary())
+            if standard_errors:
+                click.echo(_standard_error_lines(result))
             click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
             if plot_path:
                 save_plot(result, plot_path)
             if report:
                 payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
+                if standard_errors:
+                    payload["standard_errors"] = _standard_error_report(result)
                 write_text_atomically(report, json.dumps(payload, indent=2, default=float))
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
+
+
+def _check_standard_errors(model, method: str) -> None:
+    """Refuse --standard-errors (exit 78) where the registry declares none for the kind and method."""
+    from dpgm.api.kinds import kind_of
+
+    kind = kind_of(model)
+    if not kind.methods[method].standard_errors:
+        having = [f"{k.name} {m}" for k in _kinds() for m, how in k.methods.items() if how.standard_errors]
+        raise Failure(f"--standard-errors: a {kind.name} fitted by {method} has no asymptotic standard errors yet "
+                      f"(they exist for {', '.join(having)}); dpgm bootstrap gives bootstrap standard errors for "
+                      "every kind", EX_CONFIG)
+
+
+def _kinds():
+    from dpgm.api.kinds import kinds
+
+    return kinds()
+
+
+_SE_LINES = 100
+
+
+def _standard_error_lines(result, level: float = 0.95) -> str:
+    """Each parameter entry's estimate, standard error and Wald interval, one line each (the first
+    :data:`_SE_LINES`, then how many more there are)."""
+    from dpgm.models.parameters import parameter_tables
+
+    errors, interval = result.standard_errors, result.confidence_interval(level)
+    estimates = parameter_tables(result.model)
+    lines = [f"standard errors (asymptotic) and {level:.0%} Wald intervals:",
+             f"  {'parameter':<44} {'estimate':>12} {'s.e.':>12} {'lower':>12} {'upper':>12}"]
+    total = 0
+    for name in errors.data_vars:
+        estimate = estimates[name]
+        error = errors[name].reindex_like(estimate)
+        low = interval[name].sel(bound="lower").reindex_like(estimate)
+        high = interval[name].sel(bound="upper").reindex_like(estimate)
+        for index in np.ndindex(estimate.shape):
+            total += 1
+            if total > _SE_LINES:
+                continue
+            labels = [str(estimate[d].values[i]) if d in estimate.coords else str(i)
+                      for d, i in zip(estimate.dims, index, strict=True)]
+            label = name + (f"[{', '.join(labels)}]" if labels else "")
+            lines.append(f"  {label:<44} {float(estimate.values[index]):>12.5g} {float(error.values[index]):>12.5g} "
+                         f"{float(low.values[index]):>12.5g} {float(high.values[index]):>12.5g}")
+    if total > _SE_LINES:
+        lines.append(f"  ... {total - _SE_LINES:,} more of the {total:,} entries (--report holds them all)")
+    return "\n".join(lines)
+
+
+def _standard_error_report(result, level: float = 0.95) -> dict:
+    """Each parameter's dims, labels, estimate, standard error and Wald interval, as nested lists (NaN: None)."""
+    from dpgm.models.parameters import parameter_tables
+
+    errors, interval = result.standard_errors, result.confidence_interval(level)
+    estimates = parameter_tables(result.model)
+
+    def listed(array) -> object:
+        values = np.asarray(array, dtype=float)
+        return np.where(np.isnan(values), None, values).tolist()
+
+    report = {}
+    for name in errors.data_vars:
+        estimate = estimates[name]
+        report[name] = {"dims": list(estimate.dims),
+                        "coords": {d: [str(x) for x in estimate[d].values] for d in estimate.dims
+                                   if d in estimate.coords},
+                        "estimate": listed(estimate.values),
+                        "standard_error": listed(errors[name].reindex_like(estimate).values),
+                        "lower": listed(interval[name].sel(bound="lower").reindex_like(estimate).values),
+                        "upper": listed(interval[name].sel(bound="upper").reindex_like(estimate).values),
+                        "level": level}
+    return report
 
 
 def _default_method(model) -> str:

@@ -42,6 +42,8 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 # P(X <= k) of Poisson(1) for k = 0 .. 20; P(X > 20) < 2**-53, below the uniform's resolution
 POISSON_CDF = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(21)])
+# the same comparisons on the uniform's 53-bit integer m (u = m / 2**53): F(k) <= u  <=>  ceil(F(k) 2**53) <= m
+_THRESHOLDS = np.ceil(POISSON_CDF * 2.0**53).astype(np.int64)
 
 
 def check_replicates(replicates: Any, random_state: Any) -> tuple[int, int]:
@@ -103,40 +105,71 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
+# replicates per block: a block's slice of a table cell is one 64-byte cache line of int32 counts
+LANES = 16
+ROW_BLOCK = 2048
+
+
 @numba.njit(nogil=True, cache=True)
 def _replicate_count_rows(codes, cardinalities, scope_columns, scope_starts, table_offsets, positions, random_state,
                           base, weighted, cdf, out, rows):
     """Add every row's Poisson weights, replicate by replicate, to its cell of every table.
 
-    ``out`` is (cells, replicates): a row's weights (one per replicate) are added to the
-    contiguous row of its cell in each table, a loop the compiler vectorizes. ``rows``
-    (replicates,) receives the weights' totals.
+    ``out`` is (replicate blocks, cells, :data:`LANES`). Rows go by blocks of :data:`ROW_BLOCK`:
+    each row's cell in every table is computed once per block, then for each block of
+    :data:`LANES` replicates each row's weights are hashed and added to one cache line per
+    table, so a replicate block's tables stay in cache while the row block streams through.
+    ``rows`` (replicates,) receives the weights' totals.
     """
-    replicates = out.shape[1]
-    weights = np.empty(replicates, dtype=out.dtype)
+    blocks, _, lanes = out.shape
+    replicates = rows.shape[0]
+    n_tables = scope_starts.shape[0] - 1
+    n = codes.shape[1]
     golden = np.uint64(0x9E3779B97F4A7C15)
     salt = np.uint64(random_state + 1) * golden
-    for r in range(codes.shape[1]):
-        seed = _mix(np.uint64(positions[r]) + salt)
-        scale = base[r] if weighted else 1.0
-        for b in range(replicates):
-            z = _mix(seed + np.uint64(b + 1) * golden)
-            u = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-            k = 0
-            while k < cdf.shape[0] and cdf[k] <= u:
-                k += 1
-            weights[b] = k * scale if weighted else k
-        for b in range(replicates):
-            rows[b] += weights[b]
-        for t in range(scope_starts.shape[0] - 1):
-            cell = 0
-            for p in range(scope_starts[t], scope_starts[t + 1]):
-                j = scope_columns[p]
-                c = codes[j, r]
-                cell = cell * (cardinalities[j] + 1) + (cardinalities[j] if c < 0 else c)
-            target = out[table_offsets[t] + cell]
-            for b in range(replicates):
-                target[b] += weights[b]
+    steps = np.empty(replicates, dtype=np.uint64)
+    for b in range(replicates):
+        steps[b] = np.uint64(b + 1) * golden
+    cells = np.empty((ROW_BLOCK, max(n_tables, 1)), dtype=np.int64)
+    seeds = np.empty(ROW_BLOCK, dtype=np.uint64)
+    weights = np.zeros(lanes, dtype=out.dtype)
+    for start in range(0, n, ROW_BLOCK):
+        stop = min(n, start + ROW_BLOCK)
+        for r in range(start, stop):
+            seeds[r - start] = _mix(np.uint64(positions[r]) + salt)
+            for t in range(n_tables):
+                cell = 0
+                for p in range(scope_starts[t], scope_starts[t + 1]):
+                    j = scope_columns[p]
+                    c = codes[j, r]
+                    cell = cell * (cardinalities[j] + 1) + (cardinalities[j] if c < 0 else c)
+                cells[r - start, t] = table_offsets[t] + cell
+        for block in range(blocks):
+            first = block * lanes
+            width = min(lanes, replicates - first)
+            weights[width:] = 0  # the last block's unused lanes
+            table = out[block]
+            for r in range(start, stop):
+                scale = base[r] if weighted else 1.0
+                seed = seeds[r - start]
+                for b in range(width):
+                    m = np.int64(_mix(seed + steps[first + b]) >> np.uint64(11))
+                    # branch-free for the first six values (P(X > 5) = 6e-4), then a loop
+                    k = ((m >= cdf[0]) + (m >= cdf[1]) + (m >= cdf[2]) + (m >= cdf[3]) + (m >= cdf[4])
+                         + (m >= cdf[5]))
+                    if k == 6:
+                        while k < cdf.shape[0] and cdf[k] <= m:
+                            k += 1
+                    if weighted:
+                        weights[b] = k * scale
+                    else:
+                        weights[b] = k
+                for b in range(width):
+                    rows[first + b] += weights[b]
+                for t in range(n_tables):
+                    target = table[cells[r - start, t]]
+                    for b in range(lanes):
+                        target[b] += weights[b]
 
 
 def replicate_count_chunk(codes: list[np.ndarray], positions: np.ndarray, plan: Any, replicates: int,
@@ -158,10 +191,12 @@ def replicate_count_chunk(codes: list[np.ndarray], positions: np.ndarray, plan: 
     # whole Poisson weights add up exactly in int32 (8 per vector instruction) while a chunk's total stays below
     # 2**31 (at most 20 per row); frequency weights need float64
     dtype = np.int32 if not weighted and len(positions) * len(POISSON_CDF) < 2**31 else np.float64
-    out = np.zeros((int(offsets[-1]), replicates), dtype=dtype)
+    blocks = -(-replicates // LANES)
+    out = np.zeros((blocks, int(offsets[-1]), LANES), dtype=dtype)
     rows = np.zeros(replicates, dtype=np.float64)
     _replicate_count_rows(matrix, np.asarray(plan.cardinalities, dtype=np.int64), columns, starts, offsets,
                           np.asarray(positions, dtype=np.int64), random_state,
-                          np.asarray(base if weighted else np.zeros(1), dtype=np.float64), weighted, POISSON_CDF,
+                          np.asarray(base if weighted else np.zeros(1), dtype=np.float64), weighted, _THRESHOLDS,
                           out, rows)
-    return {"tables": out.astype(np.float64), "rows": rows}
+    tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * LANES)[:, :replicates]
+    return {"tables": tables.astype(np.float64), "rows": rows}

@@ -1,0 +1,92 @@
+"""``FitResult.standard_errors`` and ``confidence_interval`` against closed forms computed by others.
+
+Oracles: statsmodels' ``proportion_confint(method="normal")`` (the Wald interval of a proportion,
+``p -/+ z sqrt(p (1 - p) / n)``) on each CPT column's rows, counted by pandas; the Dirichlet
+posterior's standard deviation from SciPy's ``dirichlet.var`` under BDeu; statsmodels' OLS
+``bse`` for a GLM's coefficients and its GLM's Wald ``conf_int``. Tolerance: rel 1e-10 (the same closed forms).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+import dpgm
+
+
+def _asia(n: int, seed: int = 0):
+    return dpgm.sample_bayesian_network(dpgm.load_network("asia"), n, seed=seed).compute()
+
+
+def test_cpt_wald_intervals_equal_statsmodels_proportion_confint():
+    from statsmodels.stats.proportion import proportion_confint
+
+    data = _asia(5000, seed=3)
+    model = dpgm.BayesianNetwork.from_edges([("smoke", "lung"), ("smoke", "bronc"), ("bronc", "dysp"),
+                                             ("lung", "dysp")])
+    result = dpgm.fit(model, data[["smoke", "lung", "bronc", "dysp"]])
+    interval = result.confidence_interval(0.9)
+    frame = dpgm.to_pandas(data)
+    checked = 0
+    table = frame.groupby(["bronc", "lung"], observed=False)["dysp"].value_counts().unstack()
+    for (bronc, lung), counts in table.iterrows():
+        n = int(counts.sum())
+        for state, count in counts.items():
+            low, high = proportion_confint(int(count), n, alpha=0.1, method="normal")
+            at = {"dysp": state, "bronc": bronc, "lung": lung}
+            se = float(result.standard_errors["table:dysp"].sel(at))
+            assert se == pytest.approx(np.sqrt(count / n * (1 - count / n) / n), rel=1e-10)
+            if 0 < low and high < 1:  # statsmodels clips the interval to [0, 1]
+                assert float(interval["table:dysp"].sel({**at, "bound": "lower"})) == pytest.approx(low, rel=1e-10)
+                assert float(interval["table:dysp"].sel({**at, "bound": "upper"})) == pytest.approx(high, rel=1e-10)
+                checked += 1
+    assert checked >= 6
+
+
+def test_bdeu_standard_errors_are_the_dirichlet_posterior_standard_deviations():
+    data = _asia(800, seed=1)
+    model = dpgm.BayesianNetwork.from_edges([("smoke", "lung")])
+    result = dpgm.fit(model, data[["smoke", "lung"]], method="bayes", equivalent_sample_size=4.0)
+    frame = dpgm.to_pandas(data)
+    counts = pd.crosstab(frame["lung"], frame["smoke"]).reindex(index=["yes", "no"], columns=["yes", "no"])
+    alpha = counts.to_numpy(dtype=float) + 4.0 / (2 * 2)  # BDeu: ess / (q r) per cell
+    for j, smoke in enumerate(counts.columns):
+        expected = np.sqrt(scipy.stats.dirichlet.var(alpha[:, j]))
+        got = result.standard_errors["table:lung"].sel(smoke=smoke).sel(lung=list(counts.index)).values
+        np.testing.assert_allclose(got, expected, rtol=1e-10)
+    # the smoke table has no parent: one configuration with every row
+    p = result.model.cpds["smoke"].values
+    expected = np.sqrt(scipy.stats.dirichlet.var(frame["smoke"].value_counts().reindex(["yes", "no"]).to_numpy(float)
+                                                 + 4.0 / 2))
+    np.testing.assert_allclose(result.standard_errors["table:smoke"].sel(smoke=["yes", "no"]).values, expected,
+                               rtol=1e-10)
+    assert p.shape == (2,)
+
+
+def test_glm_standard_errors_equal_statsmodels_bse():
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(2)
+    x, z = rng.normal(size=500), rng.normal(size=500)
+    y = 1.0 - 2.0 * x + 0.5 * z + rng.normal(scale=0.7, size=500)
+    result = dpgm.fit(dpgm.GLMConditional("y", ["x", "z"], "gaussian"),
+                      dpgm.from_pandas(pd.DataFrame({"x": x, "z": z, "y": y})), tol=1e-12)
+    ols = sm.OLS(y, sm.add_constant(np.column_stack([x, z]))).fit()
+    np.testing.assert_allclose(result.standard_errors["coefficients"].values, ols.bse, rtol=1e-8)
+    glm = sm.GLM(y, sm.add_constant(np.column_stack([x, z])), family=sm.families.Gaussian()).fit()
+    interval = result.confidence_interval(0.95)["coefficients"]  # Wald, normal quantile: as statsmodels' GLM
+    np.testing.assert_allclose(interval.sel(bound="lower").values, glm.conf_int(0.05)[:, 0], rtol=1e-8)
+    np.testing.assert_allclose(interval.sel(bound="upper").values, glm.conf_int(0.05)[:, 1], rtol=1e-8)
+
+
+def test_kinds_without_asymptotic_standard_errors_say_so_and_name_the_bootstrap():
+    rng = np.random.default_rng(0)
+    data = dpgm.from_pandas(pd.DataFrame(rng.normal(size=(200, 2)), columns=["a", "b"]))
+    result = dpgm.fit(dpgm.GaussianGraphicalModel([("a", "b")]), data, method="closed_form")
+    with pytest.raises(NotImplementedError, match="dpgm.bootstrap"):
+        _ = result.standard_errors
+    fitted = dpgm.fit(dpgm.BayesianNetwork.from_edges([("smoke", "lung")]), _asia(100)[["smoke", "lung"]])
+    with pytest.raises(ValueError, match="level must be"):
+        fitted.confidence_interval(0)
