@@ -101,24 +101,23 @@ class BootstrapResult:
         return "\n".join(lines)
 
 
-def _replicate_data(data: xr.Dataset, b: int, random_state: int) -> xr.Dataset:
-    """``data`` with each row's weight times its Poisson(1) weight in replicate ``b``."""
+def _replicate_data(data: xr.Dataset, b: int, random_state: int, chunks: Any = None) -> xr.Dataset:
+    """``data`` (its rows in ``chunks``) with each row's weight times its Poisson(1) weight in replicate ``b``."""
     from dpgm.stats.resample import replicate_weights
 
-    chunks = data.chunks.get("row") if data.chunks else None
     draws = replicate_weights(int(data.sizes["row"]), chunks, b, random_state)
     weight = draws * data[WEIGHT].data if WEIGHT in data.data_vars else draws
     return data.assign({WEIGHT: xr.DataArray(weight.astype(np.float64), dims=("row",))})
 
 
-def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: int) -> Any:
+def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: int, chunks: Any) -> Any:
     """Replicate ``b``'s data source: its passes read ``data`` weighted by the replicate's Poisson weights, and
     its count tables come with every other replicate's from one kernel per chunk."""
     import dataclasses
 
     from dpgm.stats.source import DataSource, Resampling
 
-    source = DataSource.of(_replicate_data(data, b, random_state))
+    source = DataSource.of(_replicate_data(data, b, random_state, chunks))
     return dataclasses.replace(source, resampling=Resampling(data, b, replicates, random_state))
 
 
@@ -195,6 +194,7 @@ def bootstrap(
     checked = check_fit(model, method, dict(options or {}), "bootstrap")
     data = data.copy()
     data.encoding = {}  # the passes read the chunks through the dataset's arrays: merged passes share those reads
+    chunks = data.chunks.get("row") if data.chunks else None
     kind = kind_of(model)
     start_from_estimate = checked[0] in kind.em_methods and "init" in kind.methods[checked[0]].options
     estimate_job = FitJob(model, *checked, DataSource.of(data), None)
@@ -204,12 +204,12 @@ def bootstrap(
         method_, options_, tol, max_iter = checked
         options_ = {**options_, "init": "model", "n_init": 1}
         jobs = [FitJob(estimate.model, method_, options_, tol, max_iter, _replicate_source(data, b, replicates,
-                                                                                            random_state), b)
+                                                                                            random_state, chunks), b)
                 for b in range(replicates)]
         outcomes, more = fit_together(jobs, client, progress)
         passes += more
     else:
-        jobs = [estimate_job] + [FitJob(model, *checked, _replicate_source(data, b, replicates, random_state), b)
+        jobs = [estimate_job] + [FitJob(model, *checked, _replicate_source(data, b, replicates, random_state, chunks), b)
                                  for b in range(replicates)]
         outcomes, passes = fit_together(jobs, client, progress)
         estimate = _unwrap(outcomes.pop(0), "the fit on the data")
@@ -226,12 +226,28 @@ def _unwrap(outcome: tuple[bool, Any], where: str) -> FitResult:
     return value
 
 
+def _like(table: xr.DataArray, template: xr.DataArray) -> xr.DataArray:
+    """``table`` with ``template``'s dimension order and labels (a copy's own order, if it differs)."""
+    if table.dims != template.dims:
+        table = table.transpose(*template.dims)
+    for dim in template.dims:
+        if dim in template.indexes and not table.indexes[dim].equals(template.indexes[dim]):
+            return table.reindex_like(template)
+    return table
+
+
 def _result(estimate: FitResult, fits: list[FitResult], passes: int, random_state: int) -> BootstrapResult:
     from dpgm.models.parameters import parameter_tables
 
     tables = [parameter_tables(fit.model) for fit in fits]
-    names = tuple(parameter_tables(estimate.model))
-    variables: dict[str, Any] = {name: xr.concat([t[name] for t in tables], dim="replicate") for name in names}
+    template = parameter_tables(estimate.model)
+    names = tuple(template)
+    variables: dict[str, Any] = {}
+    for name in names:  # every replicate's table by the estimate's labels, stacked (xr.concat costs far more)
+        first = template[name]
+        stacked = np.stack([np.asarray(_like(t[name], first).values) for t in tables])
+        variables[name] = xr.DataArray(stacked, dims=("replicate", *first.dims),
+                                       coords={d: first.coords[d] for d in first.dims if d in first.coords})
     replicate = np.arange(len(fits))
     variables["loglik"] = xr.DataArray([f.loglik for f in fits], dims=("replicate",),
                                        attrs={"long_name": "the replicate's weighted log-likelihood"})
