@@ -110,7 +110,8 @@ def _replicate_data(data: xr.Dataset, b: int, random_state: int, chunks: Any = N
     return data.assign({WEIGHT: xr.DataArray(weight.astype(np.float64), dims=("row",))})
 
 
-def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: int, chunks: Any) -> Any:
+def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: int, chunks: Any,
+                      stored: xr.Dataset | None = None) -> Any:
     """Replicate ``b``'s data source: its passes read ``data`` weighted by the replicate's Poisson weights, and
     its count tables come with every other replicate's from one kernel per chunk."""
     import dataclasses
@@ -118,7 +119,7 @@ def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: i
     from dpgm.stats.source import DataSource, Resampling
 
     source = DataSource.of(_replicate_data(data, b, random_state, chunks))
-    return dataclasses.replace(source, resampling=Resampling(data, b, replicates, random_state))
+    return dataclasses.replace(source, resampling=Resampling(data, b, replicates, random_state, stored))
 
 
 def bootstrap(
@@ -192,25 +193,27 @@ def bootstrap(
         raise TypeError("bootstrap resamples rows: expected an xarray.Dataset, got a table of counts (a "
                         "DataArray); dpgm.from_table makes weighted rows of it")
     checked = check_fit(model, method, dict(options or {}), "bootstrap")
-    data = data.copy()
+    stored, data = data, data.copy()
     data.encoding = {}  # the passes read the chunks through the dataset's arrays: merged passes share those reads
     chunks = data.chunks.get("row") if data.chunks else None
     kind = kind_of(model)
     start_from_estimate = checked[0] in kind.em_methods and "init" in kind.methods[checked[0]].options
-    estimate_job = FitJob(model, *checked, DataSource.of(data), None)
+    # the fit on the data reads the store's chunks directly where it can, as dpgm.fit does
+    estimate_job = FitJob(model, *checked, DataSource.of(stored), None)
+
+    def replicate(b: int) -> DataSource:
+        return _replicate_source(data, b, replicates, random_state, chunks, stored)
+
     if start_from_estimate:  # the replicates start where the estimate ended: two stages
         (outcome,), passes = fit_together([estimate_job], client, progress)
         estimate = _unwrap(outcome, "the fit on the data")
         method_, options_, tol, max_iter = checked
         options_ = {**options_, "init": "model", "n_init": 1}
-        jobs = [FitJob(estimate.model, method_, options_, tol, max_iter, _replicate_source(data, b, replicates,
-                                                                                            random_state, chunks), b)
-                for b in range(replicates)]
+        jobs = [FitJob(estimate.model, method_, options_, tol, max_iter, replicate(b), b) for b in range(replicates)]
         outcomes, more = fit_together(jobs, client, progress)
         passes += more
     else:
-        jobs = [estimate_job] + [FitJob(model, *checked, _replicate_source(data, b, replicates, random_state, chunks), b)
-                                 for b in range(replicates)]
+        jobs = [estimate_job] + [FitJob(model, *checked, replicate(b), b) for b in range(replicates)]
         outcomes, passes = fit_together(jobs, client, progress)
         estimate = _unwrap(outcomes.pop(0), "the fit on the data")
     fits = [_unwrap(outcome, f"replicate {b}") for b, outcome in enumerate(outcomes)]

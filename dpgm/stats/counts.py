@@ -291,34 +291,43 @@ def _replicate_totals(source: DataSource, scopes: list, plan: CountPlan) -> dict
 
 
 def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
+    """Every replicate's tables (cells x replicates) and rows, one kernel per chunk: chunks read directly from
+    the store where the data are its untouched columns, else through the dataset's arrays."""
+    from dpgm.data.columns import zarr_columns
+
     resampling = source.resampling
     data = resampling.data
-    arrays = {v: data.variables[v].data for v in plan.variables}
-    if WEIGHT in data.data_vars:
-        arrays[WEIGHT] = data.variables[WEIGHT].data
-    n = int(data.sizes["row"])
-    chunks = data.chunks.get("row") if data.chunks else None
-    if chunks:
-        import dask.array as da
-
-        arrays["_position"] = da.arange(n, chunks=(tuple(chunks),), dtype=np.int64)
+    needed = [*plan.variables, *([WEIGHT] if WEIGHT in data.data_vars else [])]
+    arrays = zarr_columns(resampling.stored, needed, reuse=True) if resampling.stored is not None else None
+    starts = None
+    if arrays is not None:
+        starts = arrays.starts
     else:
-        arrays["_position"] = np.arange(n, dtype=np.int64)
+        arrays = {v: data.variables[v].data for v in needed}
+        chunks = data.chunks.get("row") if data.chunks else None
+        if chunks:
+            starts = tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
+        else:  # in memory: slices of the engine's choosing, each told its rows' positions
+            arrays["_position"] = np.arange(int(data.sizes["row"]), dtype=np.int64)
     kernel = functools.partial(_replicate_kernel, plan=plan, replicates=resampling.replicates,
-                               random_state=resampling.random_state)
+                               random_state=resampling.random_state, starts=starts)
     return source.compute(map_reduce(arrays, kernel, name="dpgm-replicate-counts"))
 
 
-def _replicate_kernel(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan, replicates: int,
-                      random_state: int) -> dict[str, np.ndarray]:
+def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, replicates: int,
+                      random_state: int, starts: tuple[int, ...] | None) -> dict[str, np.ndarray]:
     from dpgm.stats.resample import replicate_count_chunk
 
-    weights = columns.get(WEIGHT)
+    weights = columns.get(WEIGHT) if hasattr(columns, "get") else None
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
         _check_weights(weights, index)
     codes = [np.asarray(columns[v]) for v in plan.variables]
-    return replicate_count_chunk(codes, columns["_position"], plan, replicates, random_state, weights, chunk=index)
+    if starts is None:
+        positions = np.asarray(columns["_position"])
+    else:
+        positions = np.arange(starts[index], starts[index + 1], dtype=np.int64)
+    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):

@@ -46,12 +46,16 @@ class Resampling:
         This replicate and their number.
     random_state
         Seed of the Poisson weights.
+    stored
+        The same data as opened from its store (its encoding kept): the replicates' count
+        kernel reads the chunks directly where it can (:func:`dpgm.data.columns.zarr_columns`).
     """
 
     data: xr.Dataset
     replicate: int
     replicates: int
     random_state: int
+    stored: xr.Dataset | None = None
 
 
 @dataclass(frozen=True)
