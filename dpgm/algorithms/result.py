@@ -92,7 +92,8 @@ class FitResult:
         Dirichlet prior (``method="bayes"``), the posterior standard deviation ``sqrt(p (1 - p) /
         (n_u + a_u + 1))``, ``a_u`` the configuration's pseudo-counts. A GLM's (and a hybrid
         network's GLM nodes') coefficients: the inverse Fisher information's (statsmodels'
-        ``bse``).
+        ``bse``). A linear-Gaussian network's slopes and intercepts: each node's least-squares
+        (statsmodels' OLS ``bse``); its residual variances: ``sqrt(2 / n) sigma^2``.
 
         Raises
         ------

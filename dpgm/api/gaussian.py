@@ -119,8 +119,38 @@ def fit_linear_gaussian(model: LinearGaussianNetwork, source: DataSource, method
                          "coefficients": xr.DataArray(beta, dims="parent", coords={"parent": parents}),
                          "variance": variance}
     fitted = model.with_parameters(parameters)
+    errors = _regression_errors(model, parameters, sample, mean, index, float(stats.n))
     return fit_result(fitted, "mle", loglik=fitted.log_likelihood(float(stats.n)), n_rows=float(stats.n),
-                      n_params=fitted.n_free_parameters(), info={"n_missing": stats.n_missing})
+                      n_params=fitted.n_free_parameters(), info={"n_missing": stats.n_missing,
+                                                                 "standard_errors": errors})
+
+
+def _regression_errors(model: LinearGaussianNetwork, parameters: dict, sample: np.ndarray, mean: np.ndarray,
+                       index: dict, n: float) -> dict[str, xr.DataArray]:
+    """Each node's least-squares standard errors, named as :func:`dpgm.models.parameters.parameter_tables`.
+
+    With ``k`` parents and the unbiased residual variance ``s2 = n variance / (n - k - 1)`` (statsmodels'
+    OLS ``scale``): slopes ``s2 (n S_PP)^-1``, intercept ``s2 (1 / n + m_P' (n S_PP)^-1 m_P)``; the
+    residual variance's (the MLE's) asymptotic ``sqrt(2 / n) variance``. NaN where ``n <= k + 1``.
+    """
+    errors = {}
+    for v in model.variables:
+        parents = list(model.parents(v))
+        p = [index[u] for u in parents]
+        variance = parameters[v]["variance"]
+        dof = n - len(p) - 1
+        s2 = n * variance / dof if dof > 0 else np.nan
+        if p:
+            inverse = np.linalg.inv(sample[np.ix_(p, p)]) / n
+            slopes = np.sqrt(s2 * np.diag(inverse))
+            intercept = np.sqrt(s2 * (1 / n + mean[p] @ inverse @ mean[p]))
+            errors[f"coefficients.{v}"] = xr.DataArray(slopes, dims=(f"parents_of_{v}",),
+                                                       coords={f"parents_of_{v}": parents})
+        else:
+            intercept = np.sqrt(s2 / n)
+        errors[f"scalars.{v}.intercept"] = xr.DataArray(float(intercept))
+        errors[f"scalars.{v}.variance"] = xr.DataArray(float(np.sqrt(2 / n) * variance))
+    return errors
 
 
 def gaussian_graphical_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None

@@ -345,7 +345,7 @@ def _declarations() -> list[Kind]:
              score=gaussian_scores),
         Kind("LinearGaussianNetwork", LinearGaussianNetwork,
              {"linear_gaussian": SpecForm(("model", "method", "edges", "variables"), linear_gaussian_from_spec)},
-             {"mle": table(fit_linear_gaussian, missing, iterative=False)}, "mle", _edges,
+             {"mle": table(fit_linear_gaussian, missing, iterative=False, standard_errors=True)}, "mle", _edges,
              score=linear_gaussian_scores),
         Kind("GaussianMixture", GaussianMixture,
              {"gaussian_mixture": SpecForm(("model", "method", "n_components", "variables", "covariance_type"),

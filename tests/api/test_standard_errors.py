@@ -90,3 +90,28 @@ def test_kinds_without_asymptotic_standard_errors_say_so_and_name_the_bootstrap(
     fitted = dpgm.fit(dpgm.BayesianNetwork.from_edges([("smoke", "lung")]), _asia(100)[["smoke", "lung"]])
     with pytest.raises(ValueError, match="level must be"):
         fitted.confidence_interval(0)
+
+
+def test_linear_gaussian_standard_errors_equal_statsmodels_ols_per_node():
+    """Each node's slopes and intercept: statsmodels' OLS ``bse`` of the node on its parents (rel 1e-8); the
+    residual variance's: the MLE's asymptotic ``sqrt(2 / n) sigma^2`` (Anderson, *An Introduction to
+    Multivariate Statistical Analysis*, 3.4)."""
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(6)
+    n = 1500
+    a = rng.normal(1.0, 1.0, n)
+    b = 0.5 * a + rng.normal(0.0, 0.8, n)
+    c = 2.0 - 1.0 * a + 0.7 * b + rng.normal(0.0, 0.5, n)
+    frame = pd.DataFrame({"a": a, "b": b, "c": c})
+    result = dpgm.fit(dpgm.LinearGaussianNetwork([("a", "b"), ("a", "c"), ("b", "c")]), dpgm.from_pandas(frame))
+    errors = result.standard_errors
+    for node, parents in (("b", ["a"]), ("c", ["a", "b"])):
+        ols = sm.OLS(frame[node], sm.add_constant(frame[parents])).fit()
+        assert float(errors[f"scalars.{node}.intercept"]) == pytest.approx(ols.bse["const"], rel=1e-8)
+        got = errors[f"coefficients.{node}"].sel({f"parents_of_{node}": parents}).values
+        np.testing.assert_allclose(got, ols.bse[parents].values, rtol=1e-8)
+        mle = ols.ssr / n
+        assert float(errors[f"scalars.{node}.variance"]) == pytest.approx(np.sqrt(2 / n) * mle, rel=1e-8)
+    root = sm.OLS(frame["a"], np.ones(n)).fit()
+    assert float(errors["scalars.a.intercept"]) == pytest.approx(root.bse.iloc[0], rel=1e-8)
