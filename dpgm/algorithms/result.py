@@ -93,7 +93,10 @@ class FitResult:
         (n_u + a_u + 1))``, ``a_u`` the configuration's pseudo-counts. A GLM's (and a hybrid
         network's GLM nodes') coefficients: the inverse Fisher information's (statsmodels'
         ``bse``). A linear-Gaussian network's slopes and intercepts: each node's least-squares
-        (statsmodels' OLS ``bse``); its residual variances: ``sqrt(2 / n) sigma^2``.
+        (statsmodels' OLS ``bse``); its residual variances: ``sqrt(2 / n) sigma^2``. A Gaussian
+        graphical model's mean and covariance (``closed_form``, ``ipf``): the inverse Fisher
+        information of the free precision entries, by the delta method
+        (:mod:`dpgm.algorithms.information`).
 
         Raises
         ------
@@ -103,7 +106,14 @@ class FitResult:
         """
         import xarray as xr
 
-        tables = dict(self.info.get("standard_errors") or {})
+        tables = self.info.get("standard_errors") or {}
+        if callable(tables):  # formed when asked for (an information matrix)
+            try:
+                tables = tables()
+            except ValueError as error:
+                raise NotImplementedError(f"{error}") from None
+            self.info["standard_errors"] = tables
+        tables = dict(tables)
         # a GLM's coefficients carry their own; an EM fit's M step's are those of complete data, too small
         saved = dict(self.model._to_store()) if hasattr(self.model, "_to_store") and self.method != "em" else {}
         for key, table in saved.items():

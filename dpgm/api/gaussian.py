@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -75,9 +76,19 @@ def fit_gaussian(model: GaussianGraphicalModel, source: DataSource, method: str 
     loglik = gaussian_loglik(covariance, sample, n)
     saturated = -0.5 * n * (p * math.log(2 * math.pi) + np.linalg.slogdet(sample)[1] + p)
     info = {"n_missing": stats.n_missing} | ({} if alpha is None else {"alpha": float(alpha)})
+    if method != "glasso":  # the penalised estimate has none; the MLE's are formed when asked for
+        info["standard_errors"] = functools.partial(_graphical_errors, fitted, model.adjacency, n)
     return fit_result(fitted, method, loglik=loglik, converged=run.converged, n_iter=run.n_iter, n_rows=n,
                       n_params=fitted.n_free_parameters(), history=run.history, g2=2.0 * (saturated - loglik),
                       df=p * (p - 1) // 2 - fitted.n_edges, info=info)
+
+
+def _graphical_errors(fitted: GaussianGraphicalModel, adjacency: np.ndarray, n: float) -> dict[str, xr.DataArray]:
+    """The MLE's standard errors (:func:`dpgm.algorithms.information.gaussian_graphical_errors`), labelled."""
+    from dpgm.algorithms.information import gaussian_graphical_errors
+
+    mean, covariance = gaussian_graphical_errors(fitted.covariance.values, adjacency, n)
+    return {"mean": fitted.mean.copy(data=mean), "covariance": fitted.covariance.copy(data=covariance)}
 
 
 def fit_linear_gaussian(model: LinearGaussianNetwork, source: DataSource, method: str | None, *, tol, max_iter,

@@ -309,8 +309,8 @@ def _declarations() -> list[Kind]:
                 "bayes": Method(fit_bayesian_network, prior | goodness, takes_method=True, stopping=False,
                                 iterative=False, standard_errors=True),
                 "em": Method(fit_bayesian_network_em, em | prior, check_sizes=latent_sizes)}
-    gaussian_moments = {"closed_form": table(fit_gaussian, missing, iterative=False),
-                        "ipf": table(fit_gaussian, stop | missing),
+    gaussian_moments = {"closed_form": table(fit_gaussian, missing, iterative=False, standard_errors=True),
+                        "ipf": table(fit_gaussian, stop | missing, standard_errors=True),
                         "glasso": table(fit_gaussian, stop | missing | {"alpha": Interval(float, 0.0)})}
     hybrid_em = {k: v for k, v in em.items() if k not in ("init", "incremental")}
     mixture_init = Anything("None, 'k-means++', 'random', 'model' or a dict of weights, means and covariances or "

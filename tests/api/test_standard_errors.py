@@ -81,10 +81,66 @@ def test_glm_standard_errors_equal_statsmodels_bse():
     np.testing.assert_allclose(interval.sel(bound="upper").values, glm.conf_int(0.05)[:, 1], rtol=1e-8)
 
 
+def _gaussian_rows(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    covariance = np.array([[1.0, 0.5, 0.2, 0.4], [0.5, 1.5, 0.5, 0.1], [0.2, 0.5, 1.0, 0.5], [0.4, 0.1, 0.5, 2.0]])
+    return pd.DataFrame(rng.multivariate_normal([0.0, 1.0, -1.0, 2.0], covariance, n), columns=list("abcd"))
+
+
+def test_saturated_gaussian_covariance_errors_equal_the_wishart_closed_form():
+    """On a complete graph the MLE covariance's entries have ``var(s_ij) = (s_ij^2 + s_ii s_jj) / n``."""
+    frame = _gaussian_rows(3000, seed=1)
+    result = dpgm.fit(dpgm.GaussianGraphicalModel([tuple("abcd")]), dpgm.from_pandas(frame), method="closed_form")
+    s = np.cov(frame.to_numpy().T, bias=True)
+    n = len(frame)
+    np.testing.assert_allclose(result.standard_errors["covariance"].values,
+                               np.sqrt((s**2 + np.outer(np.diag(s), np.diag(s))) / n), rtol=1e-8)
+    np.testing.assert_allclose(result.standard_errors["mean"].values, np.sqrt(np.diag(s) / n), rtol=1e-8)
+
+
+def test_graphical_model_errors_equal_a_numerical_hessian_of_scipys_log_likelihood():
+    """A 4-cycle (two precision zeros): the free precision entries' covariance is the inverse of the negative
+    Hessian of the total log-likelihood (SciPy's ``multivariate_normal.logpdf``, central differences); the
+    covariance entries' standard errors follow through NumPy's inverse (the Jacobian by differences too)."""
+    frame = _gaussian_rows(2000, seed=2)
+    edges = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")]
+    result = dpgm.fit(dpgm.GaussianGraphicalModel(edges), dpgm.from_pandas(frame), method="ipf", tol=1e-13)
+    x = frame.to_numpy()
+    mean = result.model.mean.values
+    precision = np.linalg.inv(result.model.covariance.values)
+    free = [(i, i) for i in range(4)] + [(0, 1), (1, 2), (2, 3), (0, 3)]
+
+    def matrix(theta: np.ndarray) -> np.ndarray:
+        k = np.zeros((4, 4))
+        for value, (i, j) in zip(theta, free, strict=True):
+            k[i, j] = k[j, i] = value
+        return k
+
+    def loglik(theta: np.ndarray) -> float:
+        return float(scipy.stats.multivariate_normal(mean, np.linalg.inv(matrix(theta))).logpdf(x).sum())
+
+    theta = np.array([precision[i, j] for i, j in free])
+    h = 1e-3
+    m = len(free)
+    hessian = np.zeros((m, m))
+    for e in range(m):
+        for f in range(m):
+            step_e, step_f = np.eye(m)[e] * h, np.eye(m)[f] * h
+            hessian[e, f] = (loglik(theta + step_e + step_f) - loglik(theta + step_e - step_f)
+                             - loglik(theta - step_e + step_f) + loglik(theta - step_e - step_f)) / (4 * h * h)
+    estimates = np.linalg.inv(-hessian)
+    jacobian = np.zeros((16, m))
+    for e in range(m):
+        step = np.eye(m)[e] * 1e-6
+        jacobian[:, e] = (np.linalg.inv(matrix(theta + step)) - np.linalg.inv(matrix(theta - step))).ravel() / 2e-6
+    expected = np.sqrt(np.diag(jacobian @ estimates @ jacobian.T)).reshape(4, 4)
+    np.testing.assert_allclose(result.standard_errors["covariance"].values, expected, rtol=1e-4)
+
+
 def test_kinds_without_asymptotic_standard_errors_say_so_and_name_the_bootstrap():
     rng = np.random.default_rng(0)
     data = dpgm.from_pandas(pd.DataFrame(rng.normal(size=(200, 2)), columns=["a", "b"]))
-    result = dpgm.fit(dpgm.GaussianGraphicalModel([("a", "b")]), data, method="closed_form")
+    result = dpgm.fit(dpgm.GaussianGraphicalModel([("a", "b")]), data, method="glasso", alpha=0.1)
     with pytest.raises(NotImplementedError, match="dpgm.bootstrap"):
         _ = result.standard_errors
     fitted = dpgm.fit(dpgm.BayesianNetwork.from_edges([("smoke", "lung")]), _asia(100)[["smoke", "lung"]])

@@ -51,10 +51,11 @@ def test_standard_errors_of_a_kind_without_them_are_refused_before_the_fit(tmp_p
 
     dpgm.write_dataset(dpgm.from_pandas(pd.DataFrame(rng.normal(size=(300, 2)), columns=["a", "b"])),
                        tmp_path / "x.zarr")
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"model": "gaussian_graphical", "edges": [["a", "b"]]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"model": "gaussian_graphical", "edges": [["a", "b"]],
+                                                           "method": "glasso", "alpha": 0.1}))
     run = run_dpgm("fit", tmp_path / "spec.yaml", tmp_path / "x.zarr", "--out", tmp_path / "m.zarr",
                    "--standard-errors")
     line = error_line(run, 78)
-    assert "GaussianGraphicalModel fitted by ipf has no asymptotic standard errors" in line
+    assert "GaussianGraphicalModel fitted by glasso has no asymptotic standard errors" in line
     assert "dpgm bootstrap" in line
     assert not (tmp_path / "m.zarr").exists()
