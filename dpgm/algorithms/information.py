@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_INFORMATION_PARAMETERS", "gaussian_graphical_errors"]
+__all__ = ["MAX_INFORMATION_PARAMETERS", "MAX_JOINT_ENTRIES", "exponential_family_errors", "gaussian_graphical_errors"]
 
 # the information matrix is parameters x parameters: beyond this many, it is not formed
 MAX_INFORMATION_PARAMETERS = 3000
@@ -45,3 +45,29 @@ def gaussian_graphical_errors(covariance: np.ndarray, adjacency: np.ndarray, n: 
                                      + s[:, b][:, None, :] * s[a, :].T[None, :, :])
     variance = np.einsum("ije,ef,ijf->ij", jacobian, estimates, jacobian)
     return np.sqrt(np.diag(s) / n), np.sqrt(np.maximum(variance, 0.0))
+
+
+# cells x features of the enumerated joint beyond which a log-linear model's information is not formed
+MAX_JOINT_ENTRIES = 50_000_000
+
+
+def exponential_family_errors(features: np.ndarray, probabilities: np.ndarray, n: float) -> np.ndarray:
+    """Standard errors of an exponential family's weights: ``sqrt(diag((n Cov_p(F))^-1))``.
+
+    ``features`` is cells x weights (each cell's feature values), ``probabilities`` the model's
+    cell probabilities. The information ``n Cov_p(F)`` is the negative Hessian of the
+    multinomial log-likelihood; on a hierarchical log-linear model with treatment-coded
+    features it gives statsmodels' Poisson GLM ``bse`` (Birch 1963: the Poisson and
+    multinomial likelihoods share the MLE and the information of every parameter but the
+    intercept). A weight the features cannot identify (its unit vector is not orthogonal to
+    the information's null space) gets NaN.
+    """
+    mean = features.T @ probabilities
+    covariance = (features * probabilities[:, None]).T @ features - np.outer(mean, mean)
+    information = n * (covariance + covariance.T) / 2
+    values, vectors = np.linalg.eigh(information)
+    keep = values > values.max(initial=0.0) * 1e-11
+    inverse = (vectors[:, keep] / values[keep]) @ vectors[:, keep].T
+    null = vectors[:, ~keep]
+    identified = (null**2).sum(axis=1) < 1e-16 if null.size else np.ones(len(values), dtype=bool)
+    return np.where(identified, np.sqrt(np.maximum(np.diag(inverse), 0.0)), np.nan)

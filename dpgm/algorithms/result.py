@@ -96,7 +96,9 @@ class FitResult:
         (statsmodels' OLS ``bse``); its residual variances: ``sqrt(2 / n) sigma^2``. A Gaussian
         graphical model's mean and covariance (``closed_form``, ``ipf``): the inverse Fisher
         information of the free precision entries, by the delta method
-        (:mod:`dpgm.algorithms.information`).
+        (:mod:`dpgm.algorithms.information`). A log-linear model's weights (unpenalised): the
+        inverse of ``n Cov(F)`` over the enumerated joint (statsmodels' Poisson GLM ``bse`` with
+        treatment-coded features), NaN for a weight the features do not identify.
 
         Raises
         ------

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import xarray as xr
 
 from dpgm.algorithms.features import feature_set
 from dpgm.algorithms.goodness import saturated_goodness_of_fit
@@ -45,8 +48,47 @@ def fit_log_linear(model: LogLinearModel, source: DataSource, method, *, tol, ma
                                           saturated, n_params)
                 if saturated and isinstance(engine, JointEngine) else None)
     fitted = model.with_structural_zeros(zeros).with_weights(order, theta)
-    return labels.restore(fit_result(fitted, method, loglik=run.loglik, converged=run.converged, n_iter=run.n_iter,
-                                    n_rows=n, n_params=n_params, history=run.history, goodness=goodness))
+    result = labels.restore(fit_result(fitted, method, loglik=run.loglik, converged=run.converged, n_iter=run.n_iter,
+                                      n_rows=n, n_params=n_params, history=run.history, goodness=goodness))
+    if l1 == 0 and l2 == 0:  # a penalised estimate has none; the MLE's are formed when asked for
+        result.info["standard_errors"] = functools.partial(weight_errors, result.model, n)
+    return result
+
+
+def weight_errors(model: LogLinearModel, n: float) -> dict[str, xr.DataArray]:
+    """The weights' standard errors (:func:`dpgm.algorithms.information.exponential_family_errors`) over the
+    enumerated joint; a structural zero's weight (``-inf``) and weights the features cannot identify get NaN.
+
+    Raises
+    ------
+    ValueError
+        The joint's cells times the weights exceed :data:`~dpgm.algorithms.information.MAX_JOINT_ENTRIES`.
+    """
+    from dpgm.algorithms.information import MAX_JOINT_ENTRIES, exponential_family_errors
+
+    names = list(model.weights)
+    variables = list(model.variables)
+    cells = int(np.prod([len(model.states[v]) for v in variables]))
+    if cells * len(names) > MAX_JOINT_ENTRIES:
+        raise ValueError(f"{cells:,} cells x {len(names):,} weights: the information is formed over the "
+                         f"enumerated joint up to {MAX_JOINT_ENTRIES:,} entries (dpgm.bootstrap gives standard "
+                         "errors)")
+    template = xr.DataArray(np.zeros([len(model.states[v]) for v in variables]), dims=variables,
+                            coords={v: list(model.states[v]) for v in variables})
+    features = np.stack([model.features[name].broadcast_like(template).transpose(*variables).values.ravel()
+                         for name in names], axis=1)
+    weights = np.array([model.weights[name] for name in names])
+    finite = np.isfinite(weights)
+    with np.errstate(invalid="ignore"):
+        log_p = np.where(features[:, ~finite] > 0, -np.inf, 0.0).sum(axis=1) + features[:, finite] @ weights[finite]
+    if model.structural_zeros is not None:
+        allowed = ~model.structural_zeros.astype(bool).broadcast_like(template).transpose(*variables).values.ravel()
+        log_p = np.where(allowed, log_p, -np.inf)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    errors = np.full(len(names), np.nan)
+    errors[finite] = exponential_family_errors(features[:, finite], p, n)
+    return {"weights": xr.DataArray(errors, dims=("feature",), coords={"feature": names})}
 
 
 def log_linear_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None

@@ -90,7 +90,7 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         except SpecError as error:
             raise SpecError(f"specification {spec!r}: {error}") from None
         if standard_errors:
-            _check_standard_errors(model, chosen or _default_method(model))
+            _check_standard_errors(model, chosen or _default_method(model), options)
         if checkpoint:
             options["checkpoint"] = checkpoint_location(checkpoint)
         if resume:
@@ -121,10 +121,15 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
         sys.exit(EX_NOT_CONVERGED)
 
 
-def _check_standard_errors(model, method: str) -> None:
-    """Refuse --standard-errors (exit 78) where the registry declares none for the kind and method."""
+def _check_standard_errors(model, method: str, options: dict) -> None:
+    """Refuse --standard-errors (exit 78) where the registry declares none for the kind and method, and for a
+    penalised fit (``l1`` / ``l2``: no asymptotic standard errors)."""
     from dpgm.api.kinds import kind_of
 
+    penalties = [name for name in ("l1", "l2") if options.get(name)]
+    if penalties:
+        raise Failure(f"--standard-errors: a fit penalised by {' and '.join(penalties)} has no asymptotic standard "
+                      "errors; dpgm bootstrap gives bootstrap standard errors", EX_CONFIG)
     kind = kind_of(model)
     if not kind.methods[method].standard_errors:
         having = [f"{k.name} {m}" for k in _kinds() for m, how in k.methods.items() if how.standard_errors]

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+import xarray as xr
 
 import dpgm
 
@@ -171,3 +172,53 @@ def test_linear_gaussian_standard_errors_equal_statsmodels_ols_per_node():
         assert float(errors[f"scalars.{node}.variance"]) == pytest.approx(np.sqrt(2 / n) * mle, rel=1e-8)
     root = sm.OLS(frame["a"], np.ones(n)).fit()
     assert float(errors["scalars.a.intercept"]) == pytest.approx(root.bse.iloc[0], rel=1e-8)
+
+
+def _treatment_coded(states: dict) -> dict:
+    """Features of the hierarchical model [ab][bc] with treatment coding (the first state the reference): main
+    effects of a, b, c and the interactions ab, bc of non-reference states, as statsmodels' design has them."""
+    from itertools import product
+
+    features = {}
+
+    def indicator(cells: dict) -> xr.DataArray:
+        scope = list(cells)
+        table = xr.DataArray(np.zeros([len(states[v]) for v in scope]), dims=scope,
+                             coords={v: states[v] for v in scope})
+        table.loc[cells] = 1.0
+        return table
+
+    for v in ("a", "b", "c"):
+        for level in states[v][1:]:
+            features[f"{v}={level}"] = indicator({v: level})
+    for u, v in (("a", "b"), ("b", "c")):
+        for x, y in product(states[u][1:], states[v][1:]):
+            features[f"{u}={x}:{v}={y}"] = indicator({u: x, v: y})
+    return features
+
+
+def test_log_linear_weight_errors_equal_statsmodels_poisson_glm_bse():
+    import statsmodels.api as sm
+
+    states = {"a": ["a0", "a1", "a2"], "b": ["b0", "b1"], "c": ["c0", "c1", "c2"]}
+    rng = np.random.default_rng(9)
+    counts = rng.poisson(rng.uniform(20, 120, size=(3, 2, 3)))
+    table = xr.DataArray(counts, dims=("a", "b", "c"), coords=states)
+    features = _treatment_coded(states)
+    result = dpgm.fit(dpgm.LogLinearModel(features), dpgm.from_table(table), method="newton", tol=1e-12)
+    frame = table.to_dataframe(name="n").reset_index()
+    design = np.column_stack([np.ones(len(frame))] + [
+        features[name].sel({v: xr.DataArray(frame[v].to_numpy()) for v in features[name].dims}).values
+        for name in features])
+    glm = sm.GLM(frame["n"].to_numpy(), design, family=sm.families.Poisson()).fit(tol=1e-12)
+    np.testing.assert_allclose([result.model.weights[name] for name in features], glm.params[1:], rtol=1e-6)
+    errors = result.standard_errors["weights"].sel(feature=list(features)).values
+    np.testing.assert_allclose(errors, glm.bse[1:], rtol=1e-6)
+
+
+def test_log_linear_weights_the_features_cannot_identify_get_nan():
+    """One indicator per margin cell (``from_margins``) over-parametrises: no single weight is identified."""
+    states = {"a": ["a0", "a1"], "b": ["b0", "b1"]}
+    table = xr.DataArray(np.array([[30, 12], [9, 44]]), dims=("a", "b"), coords=states)
+    result = dpgm.fit(dpgm.LogLinearModel.from_margins([("a", "b")], states), dpgm.from_table(table))
+    assert np.isnan(result.standard_errors["weights"].values).all()

@@ -59,3 +59,14 @@ def test_standard_errors_of_a_kind_without_them_are_refused_before_the_fit(tmp_p
     assert "GaussianGraphicalModel fitted by glasso has no asymptotic standard errors" in line
     assert "dpgm bootstrap" in line
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_standard_errors_of_a_penalised_fit_are_refused_before_the_fit(tmp_path):
+    data = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 500, seed=1).compute()
+    dpgm.write_dataset(data, tmp_path / "asia.zarr")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"model": "log_linear", "margins": [["smoke", "lung"]],
+                                                        "method": "lbfgs", "l1": 0.5}))
+    run = run_dpgm("fit", tmp_path / "spec.yaml", tmp_path / "asia.zarr", "--out", tmp_path / "m.zarr",
+                   "--standard-errors")
+    assert "a fit penalised by l1 has no asymptotic standard errors" in error_line(run, 78)
+    assert not (tmp_path / "m.zarr").exists()
