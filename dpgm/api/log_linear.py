@@ -55,6 +55,15 @@ def fit_log_linear(model: LogLinearModel, source: DataSource, method, *, tol, ma
     return result
 
 
+def _on_joint(table: xr.DataArray, variables: list[str], states: dict, template: xr.DataArray) -> np.ndarray:
+    """``table`` (over some of ``variables``) broadcast over the joint, flattened in ``variables``' order."""
+    dims = [v for v in variables if v in table.dims]
+    if any(list(map(str, table[v].values)) != list(states[v]) for v in dims if v in table.coords):
+        table = table.reindex({v: list(states[v]) for v in dims})
+    values = table.transpose(*dims).values.reshape([len(states[v]) if v in table.dims else 1 for v in variables])
+    return np.broadcast_to(values, template.shape).ravel()
+
+
 def weight_errors(model: LogLinearModel, n: float) -> dict[str, xr.DataArray]:
     """The weights' standard errors (:func:`dpgm.algorithms.information.exponential_family_errors`) over the
     enumerated joint; a structural zero's weight (``-inf``) and weights the features cannot identify get NaN.
@@ -75,8 +84,9 @@ def weight_errors(model: LogLinearModel, n: float) -> dict[str, xr.DataArray]:
                          "errors)")
     template = xr.DataArray(np.zeros([len(model.states[v]) for v in variables]), dims=variables,
                             coords={v: list(model.states[v]) for v in variables})
-    features = np.stack([model.features[name].broadcast_like(template).transpose(*variables).values.ravel()
-                         for name in names], axis=1)
+    features = np.empty((cells, len(names)))
+    for k, name in enumerate(names):
+        features[:, k] = _on_joint(model.features[name], variables, model.states, template)
     weights = np.array([model.weights[name] for name in names])
     finite = np.isfinite(weights)
     with np.errstate(invalid="ignore"):
