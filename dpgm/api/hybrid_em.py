@@ -243,14 +243,16 @@ def _rebuild(tree, leaves):
 
 
 def fit_hybrid_em(model: HybridNetwork, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
-                  random_state=None, persist: bool = False, checkpoint=None, resume=None, accelerate=None,
-                  prune_restarts: bool = False) -> FitResult:
+                  random_state=None, init: str | None = None, persist: bool = False, checkpoint=None, resume=None,
+                  accelerate=None, prune_restarts: bool = False) -> FitResult:
     """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`.
 
     ``accelerate="squarem"`` extrapolates on the log-probabilities, coefficients and
     log-variances (:meth:`HybridEM.unconstrained`); ``prune_restarts`` drops restarts
     that cannot draw level (:func:`dpgm.algorithms.em.em`). Incremental EM is not
-    offered (the pass reads every row).
+    offered (the pass reads every row). ``init="model"`` starts from the given fitted
+    network's parameters (one start, no start pass); None or ``"random"``: ``n_init``
+    random responsibilities.
     """
     from dpgm.api.em_control import em_result, maybe_persist, run_em, total_rows
     from dpgm.cluster import current_client, iteration_span
@@ -264,17 +266,27 @@ def fit_hybrid_em(model: HybridNetwork, source: DataSource, *, tol, max_iter, ca
                          variables=[v for v in model.states if v in schema])
     plan, plans = _plan(model, schema)
     source = maybe_persist(source.with_client(source.client or current_client()), plan.observed, persist)
-    seeds = np.random.default_rng(random_state).integers(0, 2**62, size=n_init)
+    if init not in (None, "random", "model"):
+        raise ValueError(f"init must be 'random' or 'model', got {init!r}")
+    family = HybridEM(model, plan, plans, source)
+    start_pass = resume is None and init != "model"
     models: list = [None] * n_init  # a resumed fit starts from the checkpoint's parameters
-    if resume is None:
+    if resume is None and init == "model":
+        if n_init != 1:
+            raise ValueError("init='model' starts from the given parameters: n_init must be 1")
+        if not model.is_fitted:
+            raise ValueError("init='model' needs a fitted HybridNetwork (every GLM node's coefficients)")
+        models = [family.from_model(model)]
+    elif start_pass:
+        seeds = np.random.default_rng(random_state).integers(0, 2**62, size=n_init)
         with iteration_span("dpgm-em", 0):
             starts = latent_pass(source, plan, [{"seed": int(s)} for s in seeds])
         models = [_mstep(plan, plans, None, stats) for stats in starts]
 
-    family = HybridEM(model, plan, plans, source)
     state = run_em(family, models, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, prune_restarts=prune_restarts)
-    state.passes += 1  # the random starts' pass (a resumed loop counts the passes before it too)
+    state.passes += 1 if start_pass or resume is not None else 0  # the random starts' pass (a resumed loop
+    # counts the passes before it too)
     fitted = state.models[state.best]
     result = em_result(state, "em", n_params=fitted.n_free_parameters(), n_rows=total_rows(source))
     result.info["latent"] = [plan.latent]

@@ -312,7 +312,7 @@ def _declarations() -> list[Kind]:
     gaussian_moments = {"closed_form": table(fit_gaussian, missing, iterative=False, standard_errors=True),
                         "ipf": table(fit_gaussian, stop | missing, standard_errors=True),
                         "glasso": table(fit_gaussian, stop | missing | {"alpha": Interval(float, 0.0)})}
-    hybrid_em = {k: v for k, v in em.items() if k not in ("init", "incremental")}
+    hybrid_em = {k: v for k, v in em.items() if k != "incremental"}
     mixture_init = Anything("None, 'k-means++', 'random', 'model' or a dict of weights, means and covariances or "
                             "precisions")
     return [

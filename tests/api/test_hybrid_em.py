@@ -213,3 +213,30 @@ def test_squarem_and_pruned_restarts_reach_the_numpy_em_optimum_in_fewer_passes(
         assert result.loglik == pytest.approx(optimum + x_loglik, abs=1e-6)
     assert fast.passes < plain.passes
     assert pruned.passes <= fast.passes
+
+
+def test_init_model_continues_from_a_fitted_network_to_the_numpy_em_optimum():
+    """A fit stopped after 3 iterations, continued with ``init="model"`` (no start pass), reaches the oracle's
+    optimum; started at the optimum, it stays there (the bootstrap starts its replicates so)."""
+    frame = _data()
+    data = dpgm.from_pandas(frame)
+    network = dpgm.HybridNetwork([("z", "y"), ("x", "y")], families={"x": "gaussian", "y": "gaussian"},
+                                 states={"z": ["a", "b"]})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
+        early = dpgm.fit(network, data, method="em", n_init=10, random_state=0, max_iter=3)
+    assert not early.converged
+    continued = dpgm.fit(early.model, data, method="em", init="model", tol=1e-13, max_iter=2000)
+    x, y = frame["x"].values, frame["y"].values
+    optimum, _ = _numpy_em(x, y)
+    x_loglik = -0.5 * len(x) * (np.log(2 * np.pi * x.var()) + 1)
+    assert continued.loglik == pytest.approx(optimum + x_loglik, abs=1e-6)
+    assert continued.passes == continued.n_iter  # no pass for random starts
+    again = dpgm.fit(continued.model, data, method="em", init="model", tol=1e-13)
+    assert again.loglik == pytest.approx(continued.loglik, abs=1e-7) and again.n_iter <= 3
+    np.testing.assert_allclose(again.model.conditionals["y"].coefficients.values,
+                               continued.model.conditionals["y"].coefficients.values, rtol=1e-5)
+    with pytest.raises(ValueError, match="n_init must be 1"):
+        dpgm.fit(continued.model, data, method="em", init="model", n_init=2)
