@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import click
-import numpy as np
 
 from dpgm.cli.connection import (
     checkpoint_location,
@@ -150,6 +149,8 @@ _SE_LINES = 100
 def _standard_error_lines(result, level: float = 0.95) -> str:
     """Each parameter entry's estimate, standard error and Wald interval, one line each (the first
     :data:`_SE_LINES`, then how many more there are)."""
+    import numpy as np
+
     from dpgm.models.parameters import parameter_tables
 
     errors, interval = result.standard_errors, result.confidence_interval(level)
@@ -178,6 +179,8 @@ def _standard_error_lines(result, level: float = 0.95) -> str:
 
 def _standard_error_report(result, level: float = 0.95) -> dict:
     """Each parameter's dims, labels, estimate, standard error and Wald interval, as nested lists (NaN: None)."""
+    import numpy as np
+
     from dpgm.models.parameters import parameter_tables
 
     errors, interval = result.standard_errors, result.confidence_interval(level)

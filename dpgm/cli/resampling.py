@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 import click
-import numpy as np
 
 from dpgm.cli.connection import (
     cluster,
@@ -143,6 +142,8 @@ def summary(result) -> str:
 def _head(result, limit: int, digits: int = 4) -> list[str]:
     """The first ``limit`` entry lines of ``result.summary()``, built from NumPy arrays (the summary's own loop
     costs about a millisecond an entry)."""
+    import numpy as np
+
     from dpgm.models.parameters import parameter_tables
 
     estimate = parameter_tables(result.estimate.model)
@@ -168,8 +169,10 @@ def _header(result) -> list[str]:
             f"  {'parameter':<40} {'estimate':>12} {'s.e.':>12} {'2.5 %':>12} {'97.5 %':>12}"]
 
 
-def _listed(array: np.ndarray) -> Any:
+def _listed(array: Any) -> Any:
     """Nested lists of floats, NaN as None (JSON has no NaN)."""
+    import numpy as np
+
     values = np.asarray(array, dtype=float)
     return np.where(np.isfinite(values), values, None).tolist() if values.ndim else (
         float(values) if np.isfinite(values) else None)
