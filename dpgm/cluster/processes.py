@@ -158,7 +158,8 @@ class EmbeddedCluster:
         for cluster in clusters:
             _close(cluster, grace, deadline)
         # closing the cluster gave distributed's loggers back their level (silence_logs): the comms still
-        # closing would log their INFO lines after the command's last line
+        # closing would log their INFO lines after the command's last line, even after this stop returns
+        # (a late 'close-stream'), so INFO stays off once the cluster is gone; warnings pass as before
         log = logging.getLogger("distributed")
         restored = log.level
         log.setLevel(logging.CRITICAL)
@@ -167,7 +168,7 @@ class EmbeddedCluster:
             if self.runner is not None:
                 _quietly(self.runner.stop, timeout=1)
         finally:
-            log.setLevel(restored)
+            log.setLevel(max(restored, logging.WARNING))
 
     def _half_built(self) -> list[Any]:
         """The cluster ``start`` left unfinished (interrupted while the workers started)."""

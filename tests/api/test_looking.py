@@ -447,7 +447,8 @@ def test_docs_looking_at_a_fit_runs_as_written(tmp_path):
     """The section's Python blocks as one script (``python script.py``) in an empty folder: it converts,
     fits, prints, saves, and checks pgmpy's answer against dpgm's itself; ``dpgm info`` reads its store."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "fits.md").read_text()
-    section = text[text.index("## Looking at a fit"):text.index("## Watching a fit in the dashboard")]
+    start = text.index("## Looking at a fit")
+    section = text[start:text.index("\n## ", start + 1)]  # up to the next section
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     (tmp_path / "script.py").write_text("\n".join(blocks))
     environment = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}

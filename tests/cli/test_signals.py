@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -183,6 +184,16 @@ def check_store(path: Path, line: str) -> str:
 def draw(seed: int, n: int, low: float, high: float) -> list[float]:
     generator = random.Random(seed)
     return [generator.uniform(low, high) for _ in range(n)]
+
+
+def running_time(folder: Path, *args) -> float:
+    """Seconds an uninterrupted run of the command lasts after its handlers are installed (this machine's
+    speed: the random moments are drawn within it, so the signals land while the command runs)."""
+    job = Job(folder, *args, name="uninterrupted")
+    assert job.wait_until(lambda: handling_signals(job.pid))
+    start = time.monotonic()
+    assert job.process.wait(timeout=600) == 0, job.stderr()
+    return time.monotonic() - start
 
 
 # ---------------------------------------------------------------- data
@@ -377,11 +388,15 @@ def test_a_failed_pass_leaves_no_task_writing(tmp_path, client):
 
 @pytest.mark.slow
 def test_generate_at_random_moments(tmp_path):
-    """10 trials, SIGTERM and SIGINT alternating, from 0 to 14 s after the handlers are installed: before
-    the cluster is up, during the pass, while the store is marked complete and the cluster stops."""
+    """10 trials, SIGTERM and SIGINT alternating, at moments drawn within an uninterrupted run's length after the
+    handlers are installed: before the cluster is up, during the pass, while the store is marked complete and
+    the cluster stops."""
     out = tmp_path / "x.zarr"
     hits, seen = 0, []
-    for trial, delay in enumerate(draw(6, 10, 0.0, 14.0)):
+    lasts = running_time(tmp_path, "-q", "generate", "alarm", out, "--rows", "1e6", "--chunk-rows", "5e4",
+                         "--workers", "2")
+    shutil.rmtree(out)
+    for trial, delay in enumerate(draw(6, 10, 0.0, 0.95 * lasts)):
         signum = (signal.SIGTERM, signal.SIGINT)[trial % 2]
         job = Job(tmp_path, *(["-q"] if trial % 3 else []), "generate", "alarm", out, "--rows", "1e6",
                   "--chunk-rows", "5e4", "--workers", "2", name=f"generate-{trial}")
@@ -396,8 +411,6 @@ def test_generate_at_random_moments(tmp_path):
             line = check_interrupted(outcome, signum, quiet=bool(trial % 3))
             seen.append(check_store(out, line))
         if out.exists():
-            import shutil
-
             shutil.rmtree(out)
     assert hits >= 7, seen
 
@@ -426,7 +439,9 @@ def test_convert_at_random_moments(tmp_path, stores):
     """Both passes of a conversion (labels, then codes): nothing half-written, no stray chunk file."""
     out = tmp_path / "c.zarr"
     hits, seen = 0, []
-    for trial, delay in enumerate(draw(7, 4, 2.0, 12.0)):
+    lasts = running_time(tmp_path, "-q", "convert", stores["csv"], out, "--chunk-rows", "5e4", "--workers", "2")
+    shutil.rmtree(out)
+    for trial, delay in enumerate(draw(7, 4, 0.15 * lasts, 0.9 * lasts)):
         signum = (signal.SIGTERM, signal.SIGINT)[trial % 2]
         job = Job(tmp_path, "-q", "convert", stores["csv"], out, "--chunk-rows", "5e4", "--workers", "2",
                   name=f"convert-{trial}")
@@ -439,8 +454,6 @@ def test_convert_at_random_moments(tmp_path, stores):
             hits += 1
             seen.append(check_store(out, check_interrupted(outcome, signum)))
         if out.exists():
-            import shutil
-
             shutil.rmtree(out)
         assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith((".out", ".err"))) == []
     assert hits >= 3, seen
