@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_folds", "fold_codes", "fold_of", "held_out", "is_lazy"]
+__all__ = ["GOLDEN", "check_folds", "check_seed", "fold_codes", "fold_of", "held_out", "is_lazy", "row_seeds", "splitmix"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
@@ -41,20 +41,37 @@ def check_folds(folds: Any, random_state: Any) -> tuple[int, int]:
         raise ConfigTypeError(f"folds must be an integer, got {folds!r}")
     if not 2 <= folds <= 1000:
         raise ConfigError(f"folds must be between 2 and 1000, got {folds!r}")
+    return int(folds), check_seed(random_state)
+
+
+def check_seed(random_state: Any) -> int:
+    """A row hash's seed checked: an integer from 0 to 2**63 - 1 (ConfigError / ConfigTypeError)."""
+    from dpgm.errors import ConfigError, ConfigTypeError
+
     if isinstance(random_state, bool) or not isinstance(random_state, (int, np.integer)):
         raise ConfigTypeError(f"random_state must be an integer, got {random_state!r}")
-    if random_state < 0:
-        raise ConfigError(f"random_state must be nonnegative, got {random_state!r}")
-    return int(folds), int(random_state)
+    if not 0 <= random_state < 2**63:
+        raise ConfigError(f"random_state must be between 0 and 2**63 - 1, got {random_state!r}")
+    return int(random_state)
+
+
+def splitmix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser of ``uint64`` values (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def row_seeds(positions: np.ndarray, random_state: int) -> np.ndarray:
+    """Each row's hash: ``splitmix(position + (random_state + 1) * 0x9E3779B97F4A7C15)``."""
+    with np.errstate(over="ignore"):
+        return splitmix(np.asarray(positions, dtype=np.uint64) + np.uint64(random_state + 1) * GOLDEN)
 
 
 def fold_of(positions: np.ndarray, folds: int, random_state: int = 0) -> np.ndarray:
     """The fold (``int16``, ``0 .. folds - 1``) of the rows at ``positions``."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(positions, dtype=np.uint64) + np.uint64(random_state + 1) * _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        z = z ^ (z >> np.uint64(31))
+    z = row_seeds(positions, random_state)
     uniform = (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
     return np.minimum((uniform * folds).astype(np.int16), folds - 1)
 

@@ -33,12 +33,9 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["POISSON_CDF", "check_replicates", "poisson_weights", "replicate_count_chunk", "replicate_weights",
-           "splitmix"]
+__all__ = ["POISSON_CDF", "check_replicates", "poisson_weights", "replicate_count_chunk", "replicate_weights"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+from dpgm.stats.folds import GOLDEN, check_seed, row_seeds, splitmix
 
 # P(X <= k) of Poisson(1) for k = 0 .. 20; P(X > 20) < 2**-53, below the uniform's resolution
 POISSON_CDF = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(21)])
@@ -47,33 +44,20 @@ _THRESHOLDS = np.ceil(POISSON_CDF * 2.0**53).astype(np.int64)
 
 
 def check_replicates(replicates: Any, random_state: Any) -> tuple[int, int]:
-    """``(replicates, random_state)`` checked: at least 2 replicates, a nonnegative integer seed."""
+    """``(replicates, random_state)`` checked: at least 2 replicates, a seed from 0 to 2**63 - 1."""
     from dpgm.errors import ConfigError, ConfigTypeError
 
     if isinstance(replicates, bool) or not isinstance(replicates, (int, np.integer)):
         raise ConfigTypeError(f"replicates must be an integer, got {replicates!r}")
     if not 2 <= replicates <= 100_000:
         raise ConfigError(f"replicates must be between 2 and 100000, got {replicates!r}")
-    if isinstance(random_state, bool) or not isinstance(random_state, (int, np.integer)):
-        raise ConfigTypeError(f"random_state must be an integer, got {random_state!r}")
-    if not 0 <= random_state < 2**63:
-        raise ConfigError(f"random_state must be between 0 and 2**63 - 1, got {random_state!r}")
-    return int(replicates), int(random_state)
-
-
-def splitmix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser of ``uint64`` values (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return z ^ (z >> np.uint64(31))
+    return int(replicates), check_seed(random_state)
 
 
 def poisson_weights(positions: np.ndarray, replicate: int, random_state: int = 0) -> np.ndarray:
     """Replicate ``replicate``'s Poisson(1) weight (``uint8``) of the rows at ``positions``."""
     with np.errstate(over="ignore"):
-        seed = splitmix(np.asarray(positions, dtype=np.uint64) + np.uint64(random_state + 1) * _GOLDEN)
-        z = splitmix(seed + np.uint64(replicate + 1) * _GOLDEN)
+        z = splitmix(row_seeds(positions, random_state) + np.uint64(replicate + 1) * GOLDEN)
     uniform = (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
     return np.searchsorted(POISSON_CDF, uniform, side="right").astype(np.uint8)
 
