@@ -104,6 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", type=int, nargs="+", default=[6, 10])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--name", default="standard_errors", help="results file name (default standard_errors)")
     args = parser.parse_args()
     load = [os.getloadavg()[0]]
     records = [run(levels, args.repeats) for levels in args.levels]
@@ -124,8 +125,8 @@ def main() -> None:
     lines += ["", "dpgm's cost: the fit (one pass over the rows, then Newton on the driver) and the information "
               "over the enumerated joint, cells x weights², independent of the rows; statsmodels' IRLS costs "
               "cells x (weights + 1)² per iteration."]
-    (RESULTS / "standard_errors.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "standard_errors.json").write_text(json.dumps({"records": records, "load": load}, indent=2))
+    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps({"records": records, "load": load}, indent=2))
 
 
 if __name__ == "__main__":
