@@ -79,8 +79,9 @@ class BootstrapResult:
         bounds = self.replicates[list(self.parameters)].quantile([tail, 1 - tail], dim="replicate")
         return bounds.rename(quantile="bound").assign_coords(bound=["lower", "upper"]).assign_attrs(level=level)
 
-    def summary(self, digits: int = 4) -> str:
-        """Each parameter's estimate, bootstrap standard error and interval (95 %), one line per entry."""
+    def summary(self, digits: int = 4, max_entries: int | None = None) -> str:
+        """Each parameter's estimate, bootstrap standard error and interval (95 %), one line per entry; past
+        ``max_entries`` entries, a last line says how many more there are."""
         from dpgm.models.parameters import parameter_tables
 
         estimate = parameter_tables(self.estimate.model)
@@ -88,16 +89,23 @@ class BootstrapResult:
         lines = [f"{type(self.estimate.model).__name__}: {self.n_replicates} Poisson bootstrap replicates, "
                  f"{self.passes} pass(es) over {self.estimate.n_rows:,.0f} rows",
                  f"  {'parameter':<40} {'estimate':>12} {'s.e.':>12} {'2.5 %':>12} {'97.5 %':>12}"]
+        total = 0
         for name in self.parameters:
             table = estimate[name]
+            error = errors[name].transpose(*table.dims).values
+            bounds = interval[name].transpose("bound", *table.dims).values
             for index in np.ndindex(table.shape):
-                where = {d: table[d].values[i] if d in table.coords else i for d, i in zip(table.dims, index,
-                                                                                               strict=True)}
-                label = name + (f"[{', '.join(str(v) for v in where.values())}]" if where else "")
-                at = dict(zip(table.dims, index, strict=True))
-                low, high = (float(interval[name].isel(bound=j, **at)) for j in (0, 1))
+                total += 1
+                if max_entries is not None and total > max_entries:
+                    continue
+                where = [table[d].values[i] if d in table.coords else i for d, i in zip(table.dims, index,
+                                                                                         strict=True)]
+                label = name + (f"[{', '.join(str(v) for v in where)}]" if where else "")
                 lines.append(f"  {label:<40} {float(table.values[index]):>12.{digits}g} "
-                             f"{float(errors[name].isel(**at)):>12.{digits}g} {low:>12.{digits}g} {high:>12.{digits}g}")
+                             f"{float(error[index]):>12.{digits}g} {float(bounds[(0, *index)]):>12.{digits}g} "
+                             f"{float(bounds[(1, *index)]):>12.{digits}g}")
+        if max_entries is not None and total > max_entries:
+            lines.append(f"  ... {total - max_entries:,} more of the {total:,} parameter entries are not shown")
         return "\n".join(lines)
 
 
