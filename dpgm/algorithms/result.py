@@ -98,7 +98,11 @@ class FitResult:
         information of the free precision entries, by the delta method
         (:mod:`dpgm.algorithms.information`). A log-linear model's weights (unpenalised): the
         inverse of ``n Cov(F)`` over the enumerated joint (statsmodels' Poisson GLM ``bse`` with
-        treatment-coded features), NaN for a weight the features do not identify.
+        treatment-coded features), NaN for a weight the features do not identify. An EM fit's (a
+        Bayesian network's, hidden Markov model's, Gaussian mixture's, hybrid network's or log-linear
+        model's; up to 40 free parameters): the inverse observed information, by finite differences
+        of the observed-data log-likelihood, formed when first asked for in two passes over the fit's
+        data (:mod:`dpgm.api.observed_information`).
 
         Raises
         ------
