@@ -285,7 +285,8 @@ def check_latent_states(variable: str, n_states: int, cells_per_state: int, *, n
 def hidden_state_sizes(model, source, restarts: int, rows: int) -> None:
     """An HMM's tables and one chunk's forward-backward arrays fit in memory (see :func:`latent_sizes`)."""
     data = source.data
-    n, m = model.n_states, int(model.emission.shape[1])
+    n = model.n_states
+    m = -(-(model.n_free_parameters() - n * n + 1) // n)  # the emission parameters per state
     check_hidden_states(n, m, hidden=model.hidden, n_init=restarts)
     steps = rows * int(data.sizes.get("time", 1)) if isinstance(data, xr.Dataset) else rows
     _too_large(f"the hidden variable {model.hidden!r} has {n:,} states: forward-backward over a chunk of "

@@ -49,7 +49,9 @@ STEP = 1e-4
 # per model kind: the probability tables and the dim each sums to one over (``table:X``: X)
 _SIMPLEX = {
     "HiddenMarkovModel": lambda model: {"start": model.hidden, "transition": model.hidden + "_next",
-                                        "emission": model.variable},
+                                        **({"emission": model.variable} if model.is_categorical else
+                                           {f"emission{i}:table": f.variables[0] for i, f in enumerate(model.emissions)
+                                            if f.family == "categorical"})},
     "GaussianMixture": lambda model: {"weights": "component"},
 }
 

@@ -108,20 +108,23 @@ def _family_tables(model: Any, observed: list[str]) -> Any:
 
 @_scorer
 def sequence_scores(model: Any, data: xr.Dataset) -> RowScores:
-    """A hidden Markov model's log-likelihood of each sequence (a row of its ``(row, time)`` variable)."""
-    from dpgm.inference.chain import forward_logliks
+    """A hidden Markov model's log-likelihood of each sequence (a row of its ``(row, time)`` variables)."""
+    from dpgm.api.hmm import restart_arrays
+    from dpgm.inference.chain import sequence_logliks
     from dpgm.stats.scores import sequence_block
 
     schema = _schema(data)
-    variable = model.variable
-    if variable not in data.data_vars:
-        raise DataError(f"the sequence variable {variable!r} is not in the data; known: {sorted(schema)}",
-                        variable=variable)
-    if data[variable].dims != ("row", "time"):
-        raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
-    model, _ = align(model, data, states=schema.states, variables=[variable])
-    block = functools.partial(sequence_block, variable=variable, forward=forward_logliks)
-    return RowScores([variable], block, tuple(np.asarray(a, float) for a in model.arrays()), {"summed_out": []})
+    if not model.is_fitted:
+        raise TypeError("score needs a fitted HiddenMarkovModel (its continuous emissions have no parameters)")
+    for variable in model.variables:
+        if variable not in data.data_vars:
+            raise DataError(f"the sequence variable {variable!r} is not in the data; known: {sorted(schema)}",
+                            variable=variable)
+        if data[variable].dims != ("row", "time"):
+            raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
+    model, _ = align(model, data, states=schema.states, variables=list(model.categorical_variables))
+    block = functools.partial(sequence_block, forward=sequence_logliks)
+    return RowScores(list(model.variables), block, restart_arrays(model), {"summed_out": []})
 
 
 def _normal(data: xr.Dataset, variables: tuple[str, ...], kind: str, weights, means, covariances) -> RowScores:

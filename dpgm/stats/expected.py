@@ -18,7 +18,7 @@ junction trees travel once per pass, as one shared key of the graph.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -31,8 +31,7 @@ from dpgm.stats.engine import map_reduce
 if TYPE_CHECKING:
     from dpgm.stats.source import DataSource
 
-__all__ = ["ExpectedStatistics", "code_matrix", "expected_counts", "row_blocks", "select_rows", "sequence_codes",
-           "sequence_expected_counts"]
+__all__ = ["ExpectedStatistics", "code_matrix", "expected_counts", "row_blocks", "select_rows"]
 
 
 class ExpectedStatistics(Protocol):
@@ -139,56 +138,3 @@ def expected_counts(
     arrays = select_rows(source.columns(variables), rows)
     shared = (list(trees), variables, [schema[v].cardinality for v in variables])
     return source.compute(map_reduce(arrays, _estep_kernel, name=name, shared=shared))
-
-
-def _sequence_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
-    parameters, variable, n_symbols, counts = shared
-    codes = sequence_codes(index, columns, variable, n_symbols)
-    weights = columns.get(WEIGHT)
-    if weights is not None:
-        weights = np.asarray(weights, dtype=np.float64)
-        _check_weights(weights, index)
-    return [counts(codes, *p, weights=weights) for p in parameters]
-
-
-def sequence_codes(index: int, columns: dict[str, np.ndarray], variable: str, n_symbols: int) -> np.ndarray:
-    """The chunk's ``(row, time)`` codes of ``variable``, checked (:class:`~dpgm.DataError` naming the row, the
-    time step, the variable and the chunk of a code out of range)."""
-    codes = np.asarray(columns[variable])
-    if codes.size and (codes.min() < -1 or codes.max() >= n_symbols):
-        bad = np.argwhere((codes < -1) | (codes >= n_symbols))[0]
-        from dpgm.errors import DataError
-
-        raise DataError(
-            f"code {int(codes[tuple(bad)])!r} at row {int(bad[0])}, time {int(bad[1])} of the chunk is out of "
-            f"range: expected -1 (missing) or 0..{n_symbols - 1}",
-            variable=variable,
-            chunk=index,
-        )
-    return codes
-
-
-def sequence_expected_counts(
-    source: DataSource,
-    parameters: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-    variable: str,
-    counts: Callable[..., tuple[float, dict]],
-    *,
-    rows: tuple[int, int] | None = None,
-) -> list[tuple[float, dict]]:
-    """One pass of forward-backward over (``row``, ``time``) sequences, for several parameter sets.
-
-    ``counts(codes, *parameters, weights=) -> (loglik, {"start", "transition", "emission"})`` is the
-    chunk kernel (forward-backward, :func:`dpgm.inference.chain.forward_backward_counts`), passed in
-    by the caller: statistics sit below inference. Returns each parameter set's result, summed.
-    """
-    from dpgm.errors import DataError
-
-    schema, data = source.schema, source.data
-    if variable not in schema:
-        raise DataError(f"sequence variable {variable!r} is not in the dataset; known: {sorted(schema)}")
-    if data[variable].ndim != 2:
-        raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
-    arrays = select_rows(source.columns([variable]), rows)
-    shared = (list(parameters), variable, schema[variable].cardinality, counts)
-    return source.compute(map_reduce(arrays, _sequence_kernel, name="dpgm-estep", shared=shared))

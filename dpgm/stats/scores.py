@@ -9,7 +9,7 @@ not observed is summed out:
   summed out), less the model's log normaliser (zero for a Bayesian network up to
   rounding, ``log Z`` for a Markov network or log-linear model);
 * hidden Markov models (:func:`sequence_block`): the forward algorithm over the row's
-  sequence (a missing step's emission is 1);
+  sequence (a step's missing values are summed out: their emission factor is 1);
 * Gaussian models and mixtures (:func:`gaussian_block`): log-sum-exp over components
   of the density of the row's observed coordinates (their marginal); a Gaussian
   graphical model or linear-Gaussian network is one component;
@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from dpgm.errors import DataError
-from dpgm.stats.expected import code_matrix, sequence_codes
+from dpgm.stats.expected import code_matrix
 from dpgm.stats.glm_predict import design_rows
 from dpgm.stats.irls import Design
 from dpgm.stats.mixture import _chunk_values, _logsumexp, row_log_likelihood
+from dpgm.stats.sequences import chunk_emissions, emission_factors
 
 __all__ = ["FamilyTables", "GLMTerm", "NetworkPlan", "TableTerm", "discrete_block", "gaussian_block", "network_block",
            "score_summary", "sequence_block", "together"]
@@ -76,14 +77,14 @@ def discrete_block(index: int, columns: dict[str, np.ndarray], shared: tuple[Any
     return result[:, None]
 
 
-def sequence_block(index: int, columns: dict[str, np.ndarray], shared: tuple[np.ndarray, np.ndarray, np.ndarray],
-                   *, variable: str, forward: Callable[..., np.ndarray]) -> np.ndarray:
-    """Each sequence's log-likelihood, ``shared = (start, transition, emission)``: ``forward(codes, start,
-    transition, emission)`` is the forward algorithm (:func:`dpgm.inference.chain.forward_logliks`), passed in
+def sequence_block(index: int, columns: dict[str, np.ndarray], shared: tuple, *,
+                   forward: Callable[..., np.ndarray]) -> np.ndarray:
+    """Each sequence's log-likelihood, ``shared = (start, transition, emission plans)``: ``forward(emission,
+    shift, ends, start, transition)`` is the forward algorithm (:func:`dpgm.inference.chain.sequence_logliks`), passed in
     by the caller: statistics sit below inference."""
-    start, transition, emission = shared
-    codes = sequence_codes(index, columns, variable, emission.shape[1])
-    return forward(codes, start, transition, emission)[:, None]
+    start, transition, plans = shared
+    values, ends, shape = chunk_emissions(index, columns, plans)
+    return forward(*emission_factors(plans, values, shape), ends, start, transition)[:, None]
 
 
 def gaussian_block(index: int, columns: dict[str, np.ndarray], shared: Any, *,

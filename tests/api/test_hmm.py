@@ -14,7 +14,7 @@ import xarray as xr
 from hmmlearn.hmm import CategoricalHMM
 
 import dpgm
-from dpgm.inference.chain import forward_backward_counts
+from dpgm.inference.chain import forward_backward
 
 
 def _sample(seed: int, n_sequences: int, length: int):
@@ -40,12 +40,15 @@ def _hmmlearn_history(start: dpgm.HiddenMarkovModel, sequences: np.ndarray, n_it
 
 def test_forward_backward_loglik_equals_hmmlearn_score():
     truth, _, sequences = _sample(1, 50, 30)
-    loglik, counts = forward_backward_counts(sequences, *truth.arrays())
+    start, transition, emission = truth.arrays()
+    factors = emission.T[sequences]  # (B, T, n)
+    loglik, counts, gamma = forward_backward(factors, np.zeros(sequences.shape), np.full(50, 30), start, transition)
     reference = CategoricalHMM(n_components=3, n_features=4, init_params="")
     reference.startprob_, reference.transmat_, reference.emissionprob_ = truth.arrays()
     assert loglik == pytest.approx(reference.score(sequences.reshape(-1, 1), [30] * 50), rel=1e-12)
+    np.testing.assert_allclose(gamma.reshape(-1, 3), reference.predict_proba(sequences.reshape(-1, 1), [30] * 50),
+                               rtol=1e-9, atol=1e-12)
     assert counts["start"].sum() == pytest.approx(50, rel=1e-12)
-    assert counts["emission"].sum() == pytest.approx(50 * 30, rel=1e-12)
     assert counts["transition"].sum() == pytest.approx(50 * 29, rel=1e-12)
 
 
