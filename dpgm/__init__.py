@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from dpgm.api import fit, predict_proba
     from dpgm.api.bootstrap import BootstrapResult, bootstrap
     from dpgm.api.cross_validation import Candidate, cross_validate
-    from dpgm.api.glm_predict import predict
+    from dpgm.api.predict import predict
     from dpgm.api.score import score
     from dpgm.cluster import compute, connect
     from dpgm.data import Schema, from_pandas, from_table, open_dataset, to_pandas, write_dataset
@@ -89,7 +89,7 @@ _PUBLIC = {  # name -> module: imported on first use, so `import dpgm` and `dpgm
     "Moments": "dpgm.stats",
     "moments": "dpgm.stats.moments",
     "open_dataset": "dpgm.data",
-    "predict": "dpgm.api.glm_predict",
+    "predict": "dpgm.api.predict",
     "predict_proba": "dpgm.api",
     "read_bif": "dpgm.io",
     "read_uai": "dpgm.io",

@@ -15,9 +15,8 @@ from dpgm.stats.irls import Design
 
 if TYPE_CHECKING:
     import dask.array as da
-    from distributed import Client
 
-__all__ = ["glm_probabilities", "predict"]
+__all__ = ["glm_prediction", "glm_probabilities"]
 
 
 def fitted_conditional(model: GLMConditional | HybridNetwork, variable: str | None) -> GLMConditional:
@@ -120,61 +119,13 @@ def _most_probable(block: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(block[:, 0]), -1, np.argmax(np.nan_to_num(block, nan=-1.0), axis=1)).astype(np.int8)
 
 
-def predict(
-    model: GLMConditional | HybridNetwork,
-    data: xr.Dataset,
-    variable: str | None = None,
-    *,
-    write: bool = False,
-    name: str | None = None,
-    client: Client | None = None,
-    progress: bool | None = None,
-) -> xr.DataArray:
-    """A fitted GLM child's prediction for every row, given the row's parents.
-
-    Parameters
-    ----------
-    model
-        A fitted :class:`~dpgm.GLMConditional`, or a fitted :class:`~dpgm.HybridNetwork`
-        with ``variable`` one of its GLM nodes.
-    data
-        Rows holding the parents (the child itself is not read).
-    variable
-        The child (default: the conditional's).
-    write
-        Also write the prediction into the dataset's Zarr store as ``name``
-        (default ``"<variable>_predicted"``), by a distributed pass.
-    name
-        Name of the result and of the written variable.
-    client
-        Dask client for the write.
-    progress
-        Show a progress bar of the write. None (default): a bar where stderr is a
-        terminal or in Jupyter, nothing in a script.
-
-    Returns
-    -------
-    xarray.DataArray
-        Lazy, over ``row``: the mean ``E[child | parents]`` of a gaussian or poisson
-        child (NaN where a parent is missing); the most probable state's code of a
-        bernoulli or categorical child (``-1`` where a parent is missing), labelled
-        with the child's states, so a written prediction is a categorical variable.
-        :func:`dpgm.predict_proba` gives the state probabilities.
-
-    Examples
-    --------
-    >>> import numpy as np, pandas as pd, dpgm
-    >>> rows = pd.DataFrame({"x": np.arange(6.0), "y": 2.0 * np.arange(6.0) + 1})
-    >>> glm = dpgm.fit(dpgm.GLMConditional("y", ["x"]), dpgm.from_pandas(rows)).model
-    >>> np.round(dpgm.predict(glm, dpgm.from_pandas(rows.head(2))).values, 6)
-    array([1., 3.])
-    """
-    from dpgm.api.kinds import kind_of, kinds
+def glm_prediction(model: GLMConditional | HybridNetwork, data: xr.Dataset, variable: str | None,
+                   name: str | None) -> xr.DataArray:
+    """A fitted GLM child's prediction for every row (:func:`dpgm.predict` of a GLM or hybrid network): the mean
+    of a gaussian or poisson child (NaN where a parent is missing), the most probable state's code of a
+    bernoulli or categorical child (``-1`` where a parent is missing), lazy, over ``row``."""
     from dpgm.stats.glm_predict import glm_prediction_map
 
-    if kind_of(model).predict is None:
-        raise TypeError(f"predict needs a fitted model of one of {[k.name for k in kinds() if k.predict]}, got a "
-                        f"{type(model).__name__}; dpgm.predict_proba gives a discrete model's posteriors")
     conditional = fitted_conditional(model, variable)
     child = conditional.child
     attrs: dict = {"predicted_from": list(conditional.parents)}
@@ -185,9 +136,4 @@ def predict(
         probabilities, labels = glm_probabilities(model, data, variable)
         values = probabilities.map_blocks(_most_probable, drop_axis=1, dtype=np.int8)
         attrs |= state_attrs(labels)
-    result = xr.DataArray(values, dims=("row",), name=name or f"{child}_predicted", attrs=attrs)
-    if write:
-        from dpgm.api.predict import write_back
-
-        write_back(xr.Dataset({result.name: result}), data, client, progress)
-    return result
+    return xr.DataArray(values, dims=("row",), name=name or f"{child}_predicted", attrs=attrs)

@@ -135,9 +135,10 @@ class Kind:
     structure
         ``structure(model)``: the JSON-able structure a checkpoint's fingerprint holds.
     predict_proba
-        ``predict_proba(model, data, variable) -> (lazy values, labels)``, or None.
+        ``predict_proba(model, data, variable) -> (lazy values, labels[, dims])`` (dims: ``(row,
+        variable)`` unless given), or None.
     predict
-        ``predict(model, data, variable, **kw) -> DataArray``, or None.
+        ``predict(model, data, variable, name) -> lazy DataArray``, or None.
     score
         ``score(model, data) -> (lazy (row,) log-likelihoods, attrs)``, what :func:`dpgm.score` maps, or None.
     """
@@ -260,8 +261,9 @@ def _declarations() -> list[Kind]:
         linear_gaussian_from_spec,
     )
     from dpgm.api.glm import fit_glm, glm_from_spec
-    from dpgm.api.glm_predict import glm_probabilities, predict
+    from dpgm.api.glm_predict import glm_prediction, glm_probabilities
     from dpgm.api.hmm import fit_hmm, hmm_from_spec
+    from dpgm.api.hmm_decode import state_paths, state_posteriors
     from dpgm.api.hybrid import fit_hybrid, hybrid_network_from_spec
     from dpgm.api.hybrid_em import fit_hybrid_em
     from dpgm.api.log_linear import fit_log_linear, log_linear_from_spec
@@ -355,7 +357,7 @@ def _declarations() -> list[Kind]:
                            **observed)}, "em",
              lambda m: ({"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states} if m.is_categorical
                         else {"hidden": m.hidden, "n_states": m.n_states, "emissions": [f.spec() for f in m.emissions]}),
-             score=sequence_scores),
+             predict_proba=state_posteriors, predict=state_paths, score=sequence_scores),
         Kind("GaussianGraphicalModel", GaussianGraphicalModel,
              {"gaussian_graphical": SpecForm(("model", "method", "edges", "cliques", "variables"),
                                              gaussian_graphical_from_spec)},
@@ -377,12 +379,12 @@ def _declarations() -> list[Kind]:
              {"glm": SpecForm(("model", "method", "child", "parents", "family"), glm_from_spec, ("l2",))},
              {"irls": table(fit_glm, stop | missing, standard_errors=True)}, "irls",
              lambda m: {"child": m.child, "parents": list(m.parents), "family": m.family, "l2": m.l2},
-             predict_proba=glm_probabilities, predict=predict, score=glm_scores),
+             predict_proba=glm_probabilities, predict=glm_prediction, score=glm_scores),
         Kind("HybridNetwork", HybridNetwork,
              {"hybrid_network": SpecForm(("model", "method", "edges", "families", "variables", "latent"),
                                          hybrid_network_from_spec, ("l2",))},
              {"mle": table(fit_hybrid, stop | missing, standard_errors=True),
               "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes, **observed)}, "mle",
              lambda m: {"edges": _edges(m), "families": m.families, "l2": m.l2},
-             predict_proba=glm_probabilities, predict=predict, score=hybrid_scores),
+             predict_proba=glm_probabilities, predict=glm_prediction, score=hybrid_scores),
     ]

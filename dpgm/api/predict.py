@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
@@ -38,7 +38,10 @@ def predict_proba(
         a fitted :class:`~dpgm.HybridNetwork`: the child's state probabilities
         given each row's parents; NaN where a parent is missing), or a fitted
         :class:`~dpgm.GaussianMixture` (``variable="component"``: each row's component
-        posteriors given its observed coordinates; NaN coordinates are marginalised).
+        posteriors given its observed coordinates; NaN coordinates are marginalised), or a
+        fitted :class:`~dpgm.HiddenMarkovModel` (``variable`` its hidden variable: every
+        step's state posteriors given the whole sequence, forward-backward; ``(row, time,
+        state)``).
     data
         The dataset; model variables absent from it (and ``-1`` values) are summed out.
     variable
@@ -57,7 +60,8 @@ def predict_proba(
     Returns
     -------
     xarray.DataArray
-        Lazy ``(row, <variable>)`` probabilities, labelled with the variable's states.
+        Lazy ``(row, <variable>)`` probabilities (an HMM's ``(row, time, <variable>)``),
+        labelled with the variable's states.
 
     Examples
     --------
@@ -73,13 +77,78 @@ def predict_proba(
     if kind.predict_proba is None:
         able = [k.name for k in kinds() if k.predict_proba is not None]
         raise TypeError(f"predict_proba needs a fitted model of one of {able}, got a {kind.name}")
-    values, labels = kind.predict_proba(model, data, variable)
-    result = xr.DataArray(values, dims=("row", variable), coords={variable: labels},
-                          name=name or f"{variable}_proba")
+    values, labels, *dims = kind.predict_proba(model, data, variable)
+    dims = tuple(dims[0]) if dims else ("row", variable)  # an HMM's: (row, time, state)
+    result = xr.DataArray(values, dims=dims, coords={variable: labels}, name=name or f"{variable}_proba")
     if write:
         new = xr.Dataset({result.name: result.drop_vars(variable).rename({variable: f"{variable}_state"})})
         new[result.name].attrs.update({"posterior_of": variable, "labels": labels})
         write_back(new, data, client, progress)
+    return result
+
+
+def predict(
+    model: Any,
+    data: xr.Dataset,
+    variable: str | None = None,
+    *,
+    write: bool = False,
+    name: str | None = None,
+    client: Client | None = None,
+    progress: bool | None = None,
+) -> xr.DataArray:
+    """The prediction for every row: a fitted GLM child's given the row's parents, or a hidden Markov model's
+    most probable state path of each sequence (Viterbi).
+
+    Parameters
+    ----------
+    model
+        A fitted :class:`~dpgm.GLMConditional`, a fitted :class:`~dpgm.HybridNetwork`
+        with ``variable`` one of its GLM nodes, or a fitted :class:`~dpgm.HiddenMarkovModel`.
+    data
+        Rows holding the parents (the child itself is not read); an HMM's sequences.
+    variable
+        The child (default: the conditional's); an HMM's hidden variable (the default).
+    write
+        Also write the prediction into the dataset's Zarr store as ``name``
+        (default ``"<variable>_predicted"``; an HMM's ``"<hidden>_path"``), by a distributed
+        pass.
+    name
+        Name of the result and of the written variable.
+    client
+        Dask client for the write.
+    progress
+        Show a progress bar of the write. None (default): a bar where stderr is a
+        terminal or in Jupyter, nothing in a script.
+
+    Returns
+    -------
+    xarray.DataArray
+        Lazy, over ``row``: the mean ``E[child | parents]`` of a gaussian or poisson
+        child (NaN where a parent is missing); the most probable state's code of a
+        bernoulli or categorical child (``-1`` where a parent is missing), labelled
+        with the child's states, so a written prediction is a categorical variable. An
+        HMM's: ``(row, time)``, each step's state on the sequence's most probable path
+        (codes labelled with the hidden states; ``-1`` past a sequence's last observed
+        step). :func:`dpgm.predict_proba` gives the state probabilities.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, dpgm
+    >>> rows = pd.DataFrame({"x": np.arange(6.0), "y": 2.0 * np.arange(6.0) + 1})
+    >>> glm = dpgm.fit(dpgm.GLMConditional("y", ["x"]), dpgm.from_pandas(rows)).model
+    >>> np.round(dpgm.predict(glm, dpgm.from_pandas(rows.head(2))).values, 6)
+    array([1., 3.])
+    """
+    from dpgm.api.kinds import kind_of, kinds
+
+    kind = kind_of(model)
+    if kind.predict is None:
+        raise TypeError(f"predict needs a fitted model of one of {[k.name for k in kinds() if k.predict]}, got a "
+                        f"{type(model).__name__}; dpgm.predict_proba gives a discrete model's posteriors")
+    result = kind.predict(model, data, variable, name)
+    if write:
+        write_back(xr.Dataset({result.name: result}), data, client, progress)
     return result
 
 

@@ -29,7 +29,7 @@ from dpgm.stats.mixture import RowSample, _row_hash
 if TYPE_CHECKING:
     from dpgm.stats.source import DataSource
 
-__all__ = ["chunk_emissions", "emission_factors", "sequence_estep", "step_sample"]
+__all__ = ["chunk_emissions", "emission_factors", "path_block", "posterior_block", "sequence_estep", "step_sample"]
 
 
 def _shape(index: int, columns: dict[str, np.ndarray], variables: Sequence[str]) -> tuple[int, int]:
@@ -131,3 +131,24 @@ def step_sample(source: DataSource, variables: Sequence[str], size: int, seed: i
     kernel = functools.partial(_sample_kernel, variables=tuple(variables), size=int(size), seed=int(seed))
     sample = source.compute(map_reduce(source.columns(list(variables)), kernel, name="dpgm-hmm-sample"))
     return sample.ordered()
+
+
+# ---------------------------------------------------------------- per-step maps: posteriors and Viterbi paths
+
+
+def posterior_block(index: int, columns: dict[str, np.ndarray], shared: tuple, *,
+                    forward_backward: Callable[..., tuple[float, dict, np.ndarray]]) -> np.ndarray:
+    """Every step's state posteriors, ``(B, T * S)`` (0 on padding; ``shared = (start, transition, plans)``)."""
+    start, transition, plans = shared
+    values, ends, shape = chunk_emissions(index, columns, plans)
+    _, _, gamma = forward_backward(*emission_factors(plans, values, shape), ends, start, transition)
+    return gamma.reshape(shape[0], -1)
+
+
+def path_block(index: int, columns: dict[str, np.ndarray], shared: tuple, *,
+               viterbi: Callable[..., tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Every sequence's most probable state path, ``(B, T)`` codes (``-1`` on padding)."""
+    start, transition, plans = shared
+    values, ends, shape = chunk_emissions(index, columns, plans)
+    paths, _ = viterbi(*emission_factors(plans, values, shape), ends, start, transition)
+    return paths.astype(np.int16 if start.shape[0] > 127 else np.int8)

@@ -215,3 +215,33 @@ def test_gaussian_starts_from_the_data_recover_well_separated_states():
     order = [int(np.argmin(np.abs(means - row).sum(axis=1))) for row in truth]
     assert sorted(order) == [0, 1, 2]
     np.testing.assert_allclose(means[order], truth, atol=0.1)  # 10,000 steps: standard errors ~0.02
+
+
+def test_decoding_and_posteriors_equal_hmmlearn_and_are_written_back(tmp_path, client):
+    """``dpgm.predict`` (Viterbi) equals hmmlearn's ``decode(algorithm="viterbi")`` per sequence and
+    ``dpgm.predict_proba`` its ``predict_proba`` per step (rel 1e-9), both written into the store; sequences of
+    different lengths (NaN padding) decode to ``-1`` past their end."""
+    reference = _gaussian_truth("full", 12)
+    observations = _sequences(reference, 40, 25, seed=13)
+    lengths = np.random.default_rng(14).integers(5, 26, size=40)
+    x, y = observations[..., 0].copy(), observations[..., 1].copy()
+    for i, n in enumerate(lengths):
+        x[i, n:], y[i, n:] = np.nan, np.nan
+    dpgm.write_dataset(xr.Dataset({"x": (("row", "time"), x), "y": (("row", "time"), y)}), tmp_path / "d.zarr",
+                       chunk_rows=12)
+    data = dpgm.open_dataset(tmp_path / "d.zarr")
+    structure = dpgm.hmm(N_STATES, emissions={("x", "y"): {"family": "gaussian", "covariance_type": "full"}})
+    model = structure.with_parameters(reference.startprob_, reference.transmat_, [
+        structure.emissions[0].with_arrays(reference.means_, reference.covars_, structure.labels)])
+    paths = dpgm.predict(model, data, write=True, client=client)
+    posteriors = dpgm.predict_proba(model, data, "state", write=True, client=client)
+    assert paths.dims == ("row", "time") and posteriors.dims == ("row", "time", "state")
+    stored = dpgm.open_dataset(tmp_path / "d.zarr")
+    for i, n in enumerate(lengths):
+        steps = observations[i, :n]
+        _, path = reference.decode(steps, algorithm="viterbi")
+        np.testing.assert_array_equal(stored["state_path"].values[i, :n], path)
+        assert (stored["state_path"].values[i, n:] == -1).all()
+        np.testing.assert_allclose(stored["state_proba"].values[i, :n], reference.predict_proba(steps), rtol=1e-9,
+                                   atol=1e-12)
+    assert list(stored["state_path"].attrs["states"]) == ["0", "1", "2"]
