@@ -240,8 +240,10 @@ def _spec_fingerprint(spec: dict, method: str | None) -> dict:
 @workers_option
 @connection_options
 def predict(model_path, data, variable, name, scheduler, scheduler_file, workers) -> None:
-    """Write every row's posterior of --variable under MODEL_PATH into the dataset DATA."""
+    """Write every row's posterior of --variable under MODEL_PATH into the dataset DATA (a hidden Markov
+    model's: every step's posteriors of its hidden --variable, and each sequence's Viterbi path)."""
     from dpgm.api import predict_proba
+    from dpgm.api.predict import predict as decode
     from dpgm.data import open_dataset
     from dpgm.models.store import load
 
@@ -251,7 +253,13 @@ def predict(model_path, data, variable, name, scheduler, scheduler_file, workers
         ds = open_dataset(data, storage_options=storage_options(data))
         with claimed("DATA", data, folder=True), cluster(scheduler, scheduler_file, workers) as client:
             result = predict_proba(model, ds, variable, write=True, name=name, client=client, progress=progress())
-    click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")
+            path = (decode(model, ds, variable, write=True, client=client, progress=progress())
+                    if result.ndim == 3 else None)
+    if path is None:
+        click.echo(f"wrote {result.name} ({ds.sizes['row']:,} rows x {result.shape[1]} states) into {data}")
+    else:
+        click.echo(f"wrote {result.name} ({ds.sizes['row']:,} sequences x {result.shape[1]:,} steps x "
+                   f"{result.shape[2]} states) and {path.name} (the Viterbi paths) into {data}")
 
 
 @cli.command()

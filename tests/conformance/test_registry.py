@@ -218,7 +218,7 @@ def test_predictions_are_offered_exactly_where_the_registry_declares_them(spec_n
         fitted = dpgm.fit(case.model(), data, **case.options).model
     kind = kind_of(fitted)
     variable = {"latent_class": "class", "gaussian_mixture": "component", "glm": "y", "hybrid_network": "x",
-                "hmm": "obs"}.get(spec_name, case.variable)
+                "hmm": "state"}.get(spec_name, case.variable)
     if kind.predict is None:
         with pytest.raises(TypeError, match="predict needs"):
             dpgm.predict(fitted, data, variable)
@@ -228,6 +228,11 @@ def test_predictions_are_offered_exactly_where_the_registry_declares_them(spec_n
         return
     if spec_name in ("glm", "hybrid_network"):  # a gaussian node: a mean, no state probabilities
         assert dpgm.predict(fitted, data, variable).shape == (data.sizes["row"],)
+        return
+    if spec_name == "hmm":  # every step of every sequence: its state on the Viterbi path, its posteriors
+        steps = (data.sizes["row"], data.sizes["time"])
+        assert dpgm.predict(fitted, data).shape == steps
+        assert dpgm.predict_proba(fitted, data, variable).shape == (*steps, fitted.n_states)
         return
     assert dpgm.predict_proba(fitted, data, variable).shape[0] == data.sizes["row"]
 
