@@ -95,11 +95,27 @@ def fit_markov_network(model: MarkovNetwork, source: DataSource, method, *, tol,
     result = order.restore(fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
                                       n_params=n_params, history=history, goodness=goodness))
     # the canonical form in the model's own state order (its first states the reference)
-    if all((table.values > 0).all() for table in result.model.potentials.values()):
-        result.model = result.model.canonical()
+    positive = _positive_off_zeros(result.model)
+    if all((table.values > 0).all() for table in positive.potentials.values()):
+        result.model = positive.canonical()
     if l1 == 0 and l2 == 0:  # a penalised estimate has none; the MLE's are formed when asked for
         result.info["standard_errors"] = functools.partial(potential_errors, result.model, n)
     return result
+
+
+def _positive_off_zeros(model: MarkovNetwork) -> MarkovNetwork:
+    """The network with 1 in place of the zero entries of its potentials that only cells fixed at zero by its
+    structural zeros hold (the weights methods put them there; any value gives the same distribution)."""
+    zeros = model.structural_zeros
+    if zeros is None or all((table.values > 0).all() for table in model.potentials.values()):
+        return model
+    tables = {}
+    for scope, table in model.potentials.items():
+        outside = [d for d in zeros.dims if d not in scope]
+        held = zeros.all(dim=outside) if outside else zeros  # cells of the scope whose every completion is zero
+        forbidden = held.broadcast_like(table).transpose(*scope).values
+        tables[scope] = table.copy(data=np.where((table.values == 0) & forbidden, 1.0, table.values))
+    return MarkovNetwork(tables, zeros)
 
 
 def treatment_features(model: MarkovNetwork) -> dict[tuple[str, ...], np.ndarray]:
