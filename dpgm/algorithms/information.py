@@ -211,7 +211,8 @@ def _pair_table(marginal: np.ndarray, clique: Scope, s: Scope, t: Scope, cards: 
 
 
 def _clique_features(tree, home: Mapping[Scope, Scope], matrices: Mapping[Scope, np.ndarray],
-                     block: Mapping[Scope, slice], n_features: int, cards: Mapping[str, int]) -> scipy.sparse.csr_matrix:
+                     block: Mapping[Scope, slice], n_features: int, cards: Mapping[str, int]
+                     ) -> scipy.sparse.csr_matrix:
     """Features x flat clique cells (the tree's layout): feature ``f`` of scope ``S`` at every cell of ``S``'s
     home clique, so that this matrix times flat clique marginals is ``E[F]``."""
     cliques = list(tree.structure.cliques)

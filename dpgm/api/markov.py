@@ -165,8 +165,8 @@ def potential_errors(model: MarkovNetwork, n: float) -> dict[str, xr.DataArray]:
         if (table.values <= 0).any():
             raise ValueError(f"the fitted potential on {scope!r} has zero entries (an empty cell of a margin, "
                              "or cells the structural zeros leave without mass): the estimate is on the boundary, "
-                             "its log-linear terms are infinite and have no asymptotic standard errors (dpgm.bootstrap gives "
-                             "standard errors)")
+                             "its log-linear terms are infinite and have no asymptotic standard errors "
+                             "(dpgm.bootstrap gives standard errors)")
     n_params = model.n_free_parameters()
     if n_params > MAX_INFORMATION_PARAMETERS:
         raise ValueError(f"{n_params:,} free parameters: the information matrix is not formed beyond "

@@ -311,8 +311,8 @@ def test_chain_of_forty_variables_errors_equal_the_delta_method_on_its_pairwise_
 
 def test_chain_of_forty_variables_as_a_log_linear_model(chain_rows):
     """The same chain as a LogLinearModel with the treatment-coded features, fitted by L-BFGS on the junction
-    tree: its weights are the terms (abs 1e-6 on the log scale: L-BFGS stops within ~2e-7 of the MLE), their standard errors the
-    delta method's (rel 1e-6)."""
+    tree: its weights are the terms (abs 1e-6 on the log scale: L-BFGS stops within ~2e-7 of the MLE), their
+    standard errors the delta method's (rel 1e-6)."""
     estimates, index, covariance = _chain_oracle(chain_rows)
     states = ["s0", "s1"]
     features = {}
