@@ -396,3 +396,25 @@ def test_with_structural_zeros_identified_entries_equal_the_glm_on_the_remaining
             assert got == pytest.approx(se, rel=1e-6, abs=1e-12)
             identified += 1
     assert identified > 10 and unidentified > 0
+
+
+def test_bootstrap_standard_errors_of_the_canonical_potentials_agree_with_the_asymptotic_ones():
+    """The canonical form makes each bootstrap replicate's potentials comparable: their standard deviation over
+    B = 200 Poisson replicates (``dpgm.bootstrap``) is within 4 Monte Carlo standard errors of the asymptotic
+    standard error, ``|sd / se - 1| < 4 / sqrt(2 (B - 1))``, for every entry the form does not fix at 1."""
+    rows = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 5000, seed=12).compute()
+    cliques = [("smoke", "lung"), ("smoke", "bronc"), ("lung", "bronc", "dysp")]
+    model = dpgm.MarkovNetwork.from_cliques(cliques, dpgm.load_network("asia").states)
+    boot = dpgm.bootstrap(model, rows, replicates=200, random_state=3, method="ipf", options={"tol": 1e-10})
+    asymptotic = dpgm.fit(model, rows, method="ipf", tol=1e-10).standard_errors
+    bootstrapped = boot.standard_errors
+    bound = 4 / np.sqrt(2 * (200 - 1))
+    checked = 0
+    for clique in cliques:
+        name = ",".join(clique)
+        se, sd = asymptotic[name].values.ravel(), bootstrapped[name].transpose(*clique).values.ravel()
+        fixed = se == 0
+        np.testing.assert_allclose(sd[fixed], 0.0, atol=1e-12)  # entries fixed at 1 in every replicate
+        assert np.all(np.abs(sd[~fixed] / se[~fixed] - 1) < bound), (name, sd / se)
+        checked += int((~fixed).sum())
+    assert checked == 10
