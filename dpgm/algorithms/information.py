@@ -142,7 +142,7 @@ def feature_moments(variables: Sequence[str], cardinalities: Mapping[str, int],
     bounds = np.cumsum([0] + [matrices[s].shape[0] for s in scopes])
     block = {s: slice(int(a), int(b)) for s, a, b in zip(scopes, bounds[:-1], bounds[1:], strict=True)}
     held = [set(scope) for scope, _ in factors]
-    extra = [(s, np.ones(shapes[s])) for s in dict.fromkeys(scopes) if s and not any(set(s) <= h for h in held)]
+    extra = [(s, np.ones(shapes[s])) for s in scopes if s and not any(set(s) <= h for h in held)]
     tree = BatchedTree(variables, cards, [*factors, *extra])
     log_z, marginals = tree.expected_counts(np.zeros((1, 0), dtype=np.int64), [])
     if not np.isfinite(log_z):
@@ -168,8 +168,8 @@ def feature_moments(variables: Sequence[str], cardinalities: Mapping[str, int],
         if all(t in partners[s] for t in free):
             free.append(s)
     conditioned = [s for s in scopes if s not in free]
-    for i, s in enumerate(free):
-        for t in free[i:]:
+    for position, s in enumerate(free):
+        for t in free[position:]:
             clique = min((cliques[i] for i in inside[s] if set(t) <= set(cliques[i])), key=tree.structure.table_size)
             pair = _pair_table(marginals[clique], clique, s, t, cards)
             values = (pair.T @ matrices[s].T).T @ matrices[t].T
