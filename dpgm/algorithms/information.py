@@ -30,8 +30,8 @@ import scipy.sparse
 
 from dpgm.potentials import Scope, reduce_to
 
-__all__ = ["MAX_INFORMATION_PARAMETERS", "combination_errors", "exponential_family_errors", "feature_moments",
-           "gaussian_graphical_errors", "inverse_information"]
+__all__ = ["MAX_INFORMATION_PARAMETERS", "combination_errors", "feature_moments", "gaussian_graphical_errors",
+           "inverse_information"]
 
 # the information matrix is parameters x parameters: beyond this many, it is not formed
 MAX_INFORMATION_PARAMETERS = 3000
@@ -84,19 +84,6 @@ def combination_errors(inverse: np.ndarray, null: np.ndarray, combinations: np.n
     leak = ((combinations @ null) ** 2).sum(axis=1) if null.size else np.zeros(len(combinations))
     identified = leak <= 1e-16 * (combinations**2).sum(axis=1)
     return np.where(identified, np.sqrt(np.maximum(variance, 0.0)), np.nan)
-
-
-def exponential_family_errors(features: np.ndarray, probabilities: np.ndarray, n: float) -> np.ndarray:
-    """Standard errors of an exponential family's weights over an enumerated joint: ``sqrt(diag((n Cov_p(F))^-1))``.
-
-    ``features`` is cells x weights (each cell's feature values), ``probabilities`` the model's
-    cell probabilities; a weight the features cannot identify gets NaN. Models whose joint is
-    not enumerated use :func:`feature_moments`.
-    """
-    mean = features.T @ probabilities
-    covariance = (features * probabilities[:, None]).T @ features - np.outer(mean, mean)
-    inverse, null = inverse_information(covariance, n)
-    return combination_errors(inverse, null, np.eye(len(mean)))
 
 
 # clique cells x evidence rows held at once while conditioning (32 MB of float64)
