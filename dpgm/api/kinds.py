@@ -20,8 +20,8 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, replace
+from functools import cache, partial
 from types import MappingProxyType
 from typing import Any
 
@@ -62,6 +62,9 @@ class Method:
     standard_errors
         Its fits have asymptotic standard errors (:attr:`FitResult.standard_errors`; ``dpgm fit
         --standard-errors``).
+    observed_information
+        Its standard errors come from the observed information, formed when asked for, in one pass
+        after the fit (:mod:`dpgm.api.observed_information`; EM fits).
     """
 
     function: Callable[..., FitResult]
@@ -71,13 +74,22 @@ class Method:
     iterative: bool = True
     check_sizes: Callable[[Any, Any, int, int], None] | None = None
     standard_errors: bool = False
+    observed_information: bool = False
 
     def run(self, model: Any, source: Any, name: str, *, tol: float, max_iter: int, callback: Any,
             **options: Any) -> FitResult:
         """Call the fit function with what it takes of :func:`dpgm.fit`'s arguments (options already checked)."""
         head = (model, source, name) if self.takes_method else (model, source)
         extra = {"tol": tol, "max_iter": max_iter, "callback": callback} if self.stopping else {}
-        return self.function(*head, **extra, **options)
+        result = self.function(*head, **extra, **options)
+        if self.observed_information and "standard_errors" not in result.info:
+            # formed when asked for, in a pass of its own over the same data (not a side-by-side pass)
+            from dpgm.api.observed_information import observed_errors
+            from dpgm.stats.source import DataSource
+
+            plain = DataSource(source.data, source.schema, source.client, None)
+            result.info["standard_errors"] = partial(observed_errors, kind_of(model).score, result.model, plain)
+        return result
 
 
 @dataclass(frozen=True)
@@ -301,6 +313,8 @@ def _declarations() -> list[Kind]:
     def undirected_em(m_step: str) -> Method:
         return Method(fit_undirected_em, em | zeros | {"m_step": OneOf(None, m_step), "inner_iter": Interval(int, 1)})
 
+    observed = {"standard_errors": True, "observed_information": True}
+
     def table(function, options, **how) -> Method:
         return Method(function, options, takes_method=True, **how)
 
@@ -308,7 +322,7 @@ def _declarations() -> list[Kind]:
                               iterative=False, standard_errors=True),
                 "bayes": Method(fit_bayesian_network, prior | goodness, takes_method=True, stopping=False,
                                 iterative=False, standard_errors=True),
-                "em": Method(fit_bayesian_network_em, em | prior, check_sizes=latent_sizes)}
+                "em": Method(fit_bayesian_network_em, em | prior, check_sizes=latent_sizes, **observed)}
     gaussian_moments = {"closed_form": table(fit_gaussian, missing, iterative=False, standard_errors=True),
                         "ipf": table(fit_gaussian, stop | missing, standard_errors=True),
                         "glasso": table(fit_gaussian, stop | missing | {"alpha": Interval(float, 0.0)})}
@@ -333,11 +347,11 @@ def _declarations() -> list[Kind]:
         Kind("LogLinearModel", LogLinearModel, {"log_linear": SpecForm(("model", "method", "margins"),
                                                                    log_linear_from_spec)},
              {**{m: table(fit_log_linear, o, standard_errors=True) for m, o in weights.items()},
-              "em": undirected_em("gis")},
+              "em": replace(undirected_em("gis"), **observed)},
              "lbfgs", _scopes, predict_proba=discrete_posteriors, score=discrete_scores),
         Kind("HiddenMarkovModel", HiddenMarkovModel, {"hmm": SpecForm(("model", "method", "n_states", "symbols", "variable"),
                                                                            hmm_from_spec)},
-             {"em": Method(fit_hmm, em, check_sizes=hidden_state_sizes)}, "em",
+             {"em": Method(fit_hmm, em, check_sizes=hidden_state_sizes, **observed)}, "em",
              lambda m: {"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states}, score=sequence_scores),
         Kind("GaussianGraphicalModel", GaussianGraphicalModel,
              {"gaussian_graphical": SpecForm(("model", "method", "edges", "cliques", "variables"),
@@ -353,7 +367,7 @@ def _declarations() -> list[Kind]:
              {"gaussian_mixture": SpecForm(("model", "method", "n_components", "variables", "covariance_type"),
                                            gaussian_mixture_from_spec)},
              {"em": Method(fit_gaussian_mixture, em | {"init": mixture_init, "reg_covar": Interval(float, 0.0)},
-                           check_sizes=component_sizes)},
+                           check_sizes=component_sizes, **observed)},
              "em", lambda m: {"n_components": m.n_components, "covariance_type": m.covariance_type},
              predict_proba=component_posteriors, score=mixture_scores),
         Kind("GLMConditional", GLMConditional,
@@ -364,7 +378,8 @@ def _declarations() -> list[Kind]:
         Kind("HybridNetwork", HybridNetwork,
              {"hybrid_network": SpecForm(("model", "method", "edges", "families", "variables", "latent"),
                                          hybrid_network_from_spec, ("l2",))},
-             {"mle": table(fit_hybrid, stop | missing, standard_errors=True), "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes)}, "mle",
+             {"mle": table(fit_hybrid, stop | missing, standard_errors=True),
+              "em": Method(fit_hybrid_em, hybrid_em, check_sizes=latent_sizes, **observed)}, "mle",
              lambda m: {"edges": _edges(m), "families": m.families, "l2": m.l2},
              predict_proba=glm_probabilities, predict=predict, score=hybrid_scores),
     ]

@@ -3,13 +3,16 @@
 Every function here is ``score(model, data) -> (lazy (row,) values, attrs)``: ``data`` a
 dataset over ``row``, the values built with :func:`dpgm.stats.rows.row_map` from a block
 of :mod:`dpgm.stats.scores` (one task per chunk, ``dpgm-score`` in the dashboard), the
-attrs what the result should say of how it was scored (the variables summed out).
+attrs what the result should say of how it was scored (the variables summed out). Each
+is written as ``parts(model, data) -> RowScores`` (the columns, the block and its shared
+object) and kept as the score function's ``parts``.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -22,10 +25,36 @@ from dpgm.errors import DataError
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["discrete_scores", "gaussian_scores", "glm_scores", "hybrid_scores", "linear_gaussian_scores",
+__all__ = ["RowScores", "discrete_scores", "gaussian_scores", "glm_scores", "hybrid_scores", "linear_gaussian_scores",
            "mixture_scores", "sequence_scores"]
 
 PREFIX = "dpgm-score"
+
+
+class RowScores(NamedTuple):
+    """What a kind's per-row log-likelihood reads and runs: the columns, the block of
+    :mod:`dpgm.stats.scores`, its shared object (the model's arrays) and the result's attrs."""
+
+    names: list[str]
+    block: Any
+    shared: Any
+    attrs: dict
+
+
+def _scorer(parts: Callable[[Any, xr.Dataset], RowScores]) -> Any:
+    """``parts(model, data) -> RowScores`` as a score function ``(model, data) -> (lazy (row,) values, attrs)``.
+
+    The function keeps ``parts`` as its attribute ``parts``: a pass that evaluates many
+    models at once (:mod:`dpgm.api.observed_information`) runs their blocks itself.
+    """
+
+    @functools.wraps(parts)
+    def score(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+        found = parts(model, data)
+        return _map(data, found.names, found.block, found.shared), found.attrs
+
+    score.parts = parts
+    return score
 
 
 def _map(data: xr.Dataset, names: list[str], block: Any, shared: Any) -> da.Array:
@@ -40,7 +69,8 @@ def _schema(data: xr.Dataset) -> Schema:
     return Schema.from_dataset(data)
 
 
-def discrete_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def discrete_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A Bayesian network's, Markov network's or log-linear model's ``log P(observed values) `` per row."""
     from dpgm.inference.batched import BatchedTree
     from dpgm.models.bayesian_network import BayesianNetwork
@@ -58,7 +88,7 @@ def discrete_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
                               cardinalities=tuple(cards[v] for v in observed))
     summed = [v for v in model.variables if v not in observed]
     families = _family_tables(model, observed) if isinstance(model, BayesianNetwork) and not summed else None
-    return _map(data, observed, block, (tree, log_z, families)), {"summed_out": summed}
+    return RowScores(observed, block, (tree, log_z, families), {"summed_out": summed})
 
 
 def _family_tables(model: Any, observed: list[str]) -> Any:
@@ -76,7 +106,8 @@ def _family_tables(model: Any, observed: list[str]) -> Any:
     return FamilyTables(tuple(tables), tuple(columns), tuple(strides))
 
 
-def sequence_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def sequence_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A hidden Markov model's log-likelihood of each sequence (a row of its ``(row, time)`` variable)."""
     from dpgm.inference.chain import forward_logliks
     from dpgm.stats.scores import sequence_block
@@ -90,10 +121,10 @@ def sequence_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
         raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
     model, _ = align(model, data, states=schema.states, variables=[variable])
     block = functools.partial(sequence_block, variable=variable, forward=forward_logliks)
-    return _map(data, [variable], block, tuple(np.asarray(a, float) for a in model.arrays())), {"summed_out": []}
+    return RowScores([variable], block, tuple(np.asarray(a, float) for a in model.arrays()), {"summed_out": []})
 
 
-def _normal(data: xr.Dataset, variables: tuple[str, ...], kind: str, weights, means, covariances):
+def _normal(data: xr.Dataset, variables: tuple[str, ...], kind: str, weights, means, covariances) -> RowScores:
     from dpgm.stats.mixture import ComponentParameters
     from dpgm.stats.scores import gaussian_block
 
@@ -101,7 +132,7 @@ def _normal(data: xr.Dataset, variables: tuple[str, ...], kind: str, weights, me
     params = ComponentParameters.build(np.asarray(weights, float), np.asarray(means, float),
                                        np.asarray(covariances, float))
     block = functools.partial(gaussian_block, variables=tuple(variables))
-    return _map(data, list(variables), block, params), {"summed_out": []}
+    return RowScores(list(variables), block, params, {"summed_out": []})
 
 
 def _fitted(model: Any, kind: str) -> None:
@@ -109,7 +140,8 @@ def _fitted(model: Any, kind: str) -> None:
         raise TypeError(f"score needs a fitted {kind} (a structure has no parameters): fit it with dpgm.fit")
 
 
-def gaussian_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def gaussian_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A Gaussian graphical model's log density of each row's observed coordinates."""
     _fitted(model, "GaussianGraphicalModel")
     return _normal(data, model.variables, "GaussianGraphicalModel", [1.0], model.mean.values[None],
@@ -135,14 +167,16 @@ def joint_normal(model: Any) -> tuple[np.ndarray, np.ndarray]:
     return inverse @ c, (covariance + covariance.T) / 2
 
 
-def linear_gaussian_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def linear_gaussian_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A linear-Gaussian network's log density of each row's observed coordinates (its joint normal's marginal)."""
     _fitted(model, "LinearGaussianNetwork")
     mean, covariance = joint_normal(model)
     return _normal(data, model.variables, "LinearGaussianNetwork", [1.0], mean[None], covariance[None])
 
 
-def mixture_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def mixture_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A Gaussian mixture's log density of each row's observed coordinates (log-sum-exp over components)."""
     from dpgm.models.mixture import full_covariances
 
@@ -204,7 +238,8 @@ def _glm_term(conditional: Any, schema: Schema, latent: str | None, states: tupl
     return GLMTerm(conditional.child, parts, _response(conditional, schema))
 
 
-def glm_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def glm_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A GLM conditional's ``log p(child | parents)`` per row (0 where the child is missing)."""
     from dpgm.api.glm_predict import fitted_conditional
     from dpgm.stats.scores import NetworkPlan, network_block
@@ -214,10 +249,11 @@ def glm_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
     if conditional.child not in schema:
         raise DataError(f"is not in the data; known: {sorted(schema)}", variable=conditional.child)
     plan = NetworkPlan(None, np.zeros(1), (), (_glm_term(conditional, schema, None, ()),))
-    return _map(data, plan.columns, network_block, plan), {"summed_out": []}
+    return RowScores(plan.columns, network_block, plan, {"summed_out": []})
 
 
-def hybrid_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
+@_scorer
+def hybrid_scores(model: Any, data: xr.Dataset) -> RowScores:
     """A hybrid network's sum of node terms per row, log-sum-exp over the states of a latent root."""
     from dpgm.api.checks import check_labels, tabular_families
     from dpgm.models.state_order import reorder_table
@@ -246,4 +282,4 @@ def hybrid_scores(model: Any, data: xr.Dataset) -> tuple[da.Array, dict]:
             tables.append(TableTerm(family, np.log(reorder_table(table, labels).transpose(*family).values)))
     glms = tuple(_glm_term(model.conditionals[v], schema, z, states) for v in model.glm_nodes)
     plan = NetworkPlan(z, log_prior, tuple(tables), glms)
-    return _map(data, plan.columns, network_block, plan), {"summed_out": [z] if z else []}
+    return RowScores(plan.columns, network_block, plan, {"summed_out": [z] if z else []})

@@ -103,6 +103,8 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
                 start = time.perf_counter()
                 with cluster_performance_report(performance_report):
                     result = run(model, ds, method=chosen, client=client, progress=fit_progress(), **options)
+                    if standard_errors:  # an EM fit's take a pass over the data: on the cluster, now
+                        result.standard_errors  # noqa: B018
                 seconds = time.perf_counter() - start
             save_model(result.model, out, result=result, data=data, seconds=seconds)
             click.echo(result.summary())
@@ -130,7 +132,15 @@ def _check_standard_errors(model, method: str, options: dict) -> None:
         raise Failure(f"--standard-errors: a fit penalised by {' and '.join(penalties)} has no asymptotic standard "
                       "errors; dpgm bootstrap gives bootstrap standard errors", EX_CONFIG)
     kind = kind_of(model)
-    if not kind.methods[method].standard_errors:
+    entry = kind.methods[method]
+    if entry.observed_information:
+        from dpgm.api.observed_information import MAX_MOVES
+
+        if model.n_free_parameters() > MAX_MOVES:
+            raise Failure(f"--standard-errors: a {kind.name} fitted by {method} has {model.n_free_parameters()} free "
+                          f"parameters; an EM fit's observed information is formed for at most {MAX_MOVES}; dpgm "
+                          "bootstrap gives bootstrap standard errors for every kind", EX_CONFIG)
+    if not entry.standard_errors:
         having = [f"{k.name} {m}" for k in _kinds() for m, how in k.methods.items() if how.standard_errors]
         raise Failure(f"--standard-errors: a {kind.name} fitted by {method} has no asymptotic standard errors yet "
                       f"(they exist for {', '.join(having)}); dpgm bootstrap gives bootstrap standard errors for "

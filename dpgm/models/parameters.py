@@ -21,6 +21,8 @@ Examples
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,7 @@ import xarray as xr
 
 from dpgm.models.saving import ZEROS_KEY
 
-__all__ = ["parameter_tables"]
+__all__ = ["parameter_tables", "with_parameters"]
 
 # saved attributes that are not estimates: settings of the model and statistics of the fit
 _NOT_ESTIMATES = frozenset({"l2", "deviance", "deviances", "n_components", "edges", "nodes", "variables"})
@@ -69,3 +71,39 @@ def parameter_tables(model: Any) -> dict[str, xr.DataArray]:
     # a table named as a dimension (a CPT named for its variable) would be that dimension's coordinate
     dims = {d for table in found.values() for d in table.dims}
     return {(f"table:{key}" if key in dims else key): table.rename(None) for key, table in found.items()}
+
+
+def with_parameters(model: Any, values: Mapping[str, np.ndarray]) -> Any:
+    """A copy of ``model`` with some of its parameters replaced: ``{name: values}``, named and shaped as
+    :func:`parameter_tables` gives them (the inverse of reading them).
+
+    Examples
+    --------
+    >>> import numpy as np, dpgm
+    >>> from dpgm.models.parameters import parameter_tables, with_parameters
+    >>> model = dpgm.load_network("asia")
+    >>> table = parameter_tables(model)["table:smoke"]
+    >>> changed = with_parameters(model, {"table:smoke": np.array([0.25, 0.75])})
+    >>> parameter_tables(changed)["table:smoke"].values.tolist(), table.values.tolist()
+    ([0.25, 0.75], [0.5, 0.5])
+    """
+    tables = dict(model._to_store())
+    attrs = copy.deepcopy(tables.pop("__attrs__", {}))
+    if type(model).__name__ == "LogLinearModel" and "weights" in values:
+        attrs["weights"] = {name: (None if not np.isfinite(w) else float(w))
+                            for name, w in zip(attrs["weights"], np.asarray(values["weights"], dtype=float),
+                                               strict=True)}
+        values = {k: v for k, v in values.items() if k != "weights"}
+    for name, value in values.items():
+        key = name[len("table:"):] if name.startswith("table:") and name[len("table:"):] in tables else name
+        if key in tables:
+            table = tables[key]
+            tables[key] = table.copy(data=np.asarray(value, dtype=float).reshape(table.shape))
+            continue
+        *path, last = name.split(".")
+        node = attrs
+        for part in path:
+            node = node[part]
+        value = np.asarray(value, dtype=float)
+        node[last] = value.tolist() if isinstance(node[last], list) else float(value)
+    return type(model)._from_store(tables, attrs)

@@ -70,3 +70,43 @@ def test_standard_errors_of_a_penalised_fit_are_refused_before_the_fit(tmp_path)
                    "--standard-errors")
     assert "a fit penalised by l1 has no asymptotic standard errors" in error_line(run, 78)
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_an_em_fit_reports_the_observed_information_standard_errors(tmp_path, shared_cluster):
+    """A Gaussian mixture fitted by EM from a spec: the report's standard errors equal the API's (checked against a
+    numerical Hessian of SciPy's mixture density in ``tests/api/test_em_standard_errors.py``), rel 1e-6."""
+    import pandas as pd
+
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame(np.concatenate([rng.normal(0, 1, (300, 2)), rng.normal(3, 0.8, (200, 2))]),
+                         columns=["a", "b"])
+    dpgm.write_dataset(dpgm.from_pandas(frame), tmp_path / "x.zarr", chunk_rows=150)
+    spec = {"model": "gaussian_mixture", "n_components": 2, "variables": ["a", "b"], "random_state": 0,
+            "tol": 1e-10}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    run = run_dpgm("fit", tmp_path / "spec.yaml", tmp_path / "x.zarr", "--out", tmp_path / "m.zarr", "--report",
+                   tmp_path / "r.json", "--standard-errors", check=True)
+    assert "standard errors (asymptotic)" in run.stdout
+    written = json.loads((tmp_path / "r.json").read_text())["standard_errors"]
+    expected = dpgm.fit(dpgm.GaussianMixture(2, ["a", "b"]), dpgm.from_pandas(frame), random_state=0,
+                        tol=1e-10).standard_errors
+    assert set(written) == set(expected.data_vars)
+    for name, figures in written.items():
+        np.testing.assert_allclose(np.array(figures["standard_error"], dtype=float),
+                                   expected[name].transpose(*figures["dims"]).values, rtol=1e-6, err_msg=name)
+
+
+def test_an_em_fit_with_too_many_parameters_for_the_observed_information_is_refused_before_the_fit(tmp_path):
+    from dpgm.api.observed_information import MAX_MOVES
+
+    questions = {f"q{i}": ["a", "b", "c"] for i in range(8)}
+    truth = dpgm.latent_class_model(questions, 3).randomized(np.random.default_rng(0))
+    dpgm.write_dataset(dpgm.sample_bayesian_network(truth, 200, None, seed=1).drop_vars("class"),
+                       tmp_path / "q.zarr")
+    spec = {"model": "latent_class", "n_classes": 3, "observed": sorted(questions)}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    run = run_dpgm("fit", tmp_path / "spec.yaml", tmp_path / "q.zarr", "--out", tmp_path / "m.zarr",
+                   "--standard-errors")
+    line = error_line(run, 78)
+    assert f"at most {MAX_MOVES}" in line and "dpgm bootstrap" in line
+    assert not (tmp_path / "m.zarr").exists()
