@@ -96,9 +96,10 @@ class FitResult:
         (statsmodels' OLS ``bse``); its residual variances: ``sqrt(2 / n) sigma^2``. A Gaussian
         graphical model's mean and covariance (``closed_form``, ``ipf``): the inverse Fisher
         information of the free precision entries, by the delta method
-        (:mod:`dpgm.algorithms.information`). A log-linear model's weights (unpenalised): the
-        inverse of ``n Cov(F)`` over the enumerated joint (statsmodels' Poisson GLM ``bse`` with
-        treatment-coded features), NaN for a weight the features do not identify. An EM fit's (a
+        (:mod:`dpgm.algorithms.information`). A log-linear model's weights and a Markov network's
+        potentials in canonical form (unpenalised): the inverse of ``n Cov(F)`` from the junction
+        tree (statsmodels' Poisson GLM ``bse`` with treatment-coded features), a potential's by the
+        delta method ``phi se(log phi)``, NaN where the features do not identify it. An EM fit's (a
         Bayesian network's, hidden Markov model's, Gaussian mixture's, hybrid network's or log-linear
         model's; up to 40 free parameters): the inverse observed information, by finite differences
         of the observed-data log-likelihood, formed when first asked for in two passes over the fit's

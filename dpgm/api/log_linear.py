@@ -55,50 +55,47 @@ def fit_log_linear(model: LogLinearModel, source: DataSource, method, *, tol, ma
     return result
 
 
-def _on_joint(table: xr.DataArray, variables: list[str], states: dict, template: xr.DataArray) -> np.ndarray:
-    """``table`` (over some of ``variables``) broadcast over the joint, flattened in ``variables``' order."""
-    dims = [v for v in variables if v in table.dims]
-    if any(list(map(str, table[v].values)) != list(states[v]) for v in dims if v in table.coords):
-        table = table.reindex({v: list(states[v]) for v in dims})
-    values = table.transpose(*dims).values.reshape([len(states[v]) if v in table.dims else 1 for v in variables])
-    return np.broadcast_to(values, template.shape).ravel()
-
-
 def weight_errors(model: LogLinearModel, n: float) -> dict[str, xr.DataArray]:
-    """The weights' standard errors (:func:`dpgm.algorithms.information.exponential_family_errors`) over the
-    enumerated joint; a structural zero's weight (``-inf``) and weights the features cannot identify get NaN.
+    """The weights' standard errors: ``sqrt(diag((n Cov_p(F))^-1))``, the features' covariance under the fitted
+    model from its junction tree (:func:`~dpgm.algorithms.information.feature_moments`); a structural zero's
+    weight (``-inf``) and weights the features cannot identify get NaN.
 
     Raises
     ------
     ValueError
-        The joint's cells times the weights exceed :data:`~dpgm.algorithms.information.MAX_JOINT_ENTRIES`.
+        More than :data:`~dpgm.algorithms.information.MAX_INFORMATION_PARAMETERS` finite weights.
     """
-    from dpgm.algorithms.information import MAX_JOINT_ENTRIES, exponential_family_errors
+    from dpgm.algorithms.information import (
+        MAX_INFORMATION_PARAMETERS,
+        combination_errors,
+        feature_moments,
+        inverse_information,
+    )
+    from dpgm.models.zeros import zeros_factors
 
+    stacked, order = model.stacked_features()
+    finite = np.isfinite(model.theta(order))
+    if finite.sum() > MAX_INFORMATION_PARAMETERS:
+        raise ValueError(f"{int(finite.sum()):,} weights: the information matrix is not formed beyond "
+                         f"{MAX_INFORMATION_PARAMETERS:,} (dpgm.bootstrap gives standard errors)")
+    features, factors, start = {}, [], 0
+    for scope, tables in stacked.items():
+        matrix = tables.reshape(len(tables), -1)
+        features[scope] = matrix[finite[start:start + len(tables)]]
+        start += len(tables)
+    for scope, log_table in model.log_potentials().items():
+        values = log_table.values
+        top = values.max(initial=-np.inf)
+        factors.append((scope, np.exp(values - top) if np.isfinite(top) else np.zeros_like(values)))
+    cards = {v: len(model.states[v]) for v in model.variables}
+    _, covariance = feature_moments(model.variables, cards, factors + zeros_factors(model.structural_zeros), features)
+    inverse, null = inverse_information(covariance, n)
+    errors = np.full(len(order), np.nan)
+    errors[finite] = combination_errors(inverse, null, np.eye(int(finite.sum())))
+    by_name = dict(zip(order, errors, strict=True))
     names = list(model.weights)
-    variables = list(model.variables)
-    cells = int(np.prod([len(model.states[v]) for v in variables]))
-    if cells * len(names) > MAX_JOINT_ENTRIES:
-        raise ValueError(f"{cells:,} cells x {len(names):,} weights: the information is formed over the "
-                         f"enumerated joint up to {MAX_JOINT_ENTRIES:,} entries (dpgm.bootstrap gives standard "
-                         "errors)")
-    template = xr.DataArray(np.zeros([len(model.states[v]) for v in variables]), dims=variables,
-                            coords={v: list(model.states[v]) for v in variables})
-    features = np.empty((cells, len(names)))
-    for k, name in enumerate(names):
-        features[:, k] = _on_joint(model.features[name], variables, model.states, template)
-    weights = np.array([model.weights[name] for name in names])
-    finite = np.isfinite(weights)
-    with np.errstate(invalid="ignore"):
-        log_p = np.where(features[:, ~finite] > 0, -np.inf, 0.0).sum(axis=1) + features[:, finite] @ weights[finite]
-    if model.structural_zeros is not None:
-        allowed = ~model.structural_zeros.astype(bool).broadcast_like(template).transpose(*variables).values.ravel()
-        log_p = np.where(allowed, log_p, -np.inf)
-    p = np.exp(log_p - log_p.max())
-    p /= p.sum()
-    errors = np.full(len(names), np.nan)
-    errors[finite] = exponential_family_errors(features[:, finite], p, n)
-    return {"weights": xr.DataArray(errors, dims=("feature",), coords={"feature": names})}
+    return {"weights": xr.DataArray(np.array([by_name[name] for name in names]), dims=("feature",),
+                                    coords={"feature": names})}
 
 
 def log_linear_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None

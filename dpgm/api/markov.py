@@ -1,8 +1,14 @@
-"""Markov networks: tree IPF, closed form, or the log-linear methods on indicator features."""
+"""Markov networks: tree IPF, closed form, or the log-linear methods on indicator features; the fitted
+potentials in canonical form and their asymptotic standard errors."""
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
+
 import numpy as np
+import xarray as xr
 
 from dpgm.algorithms.features import FeatureSet
 from dpgm.algorithms.goodness import saturated_goodness_of_fit
@@ -86,8 +92,98 @@ def fit_markov_network(model: MarkovNetwork, source: DataSource, method, *, tol,
         loglik = loglik_from_potentials(counts, log_potentials, log_z, n)
     goodness = (saturated_goodness_of_fit(features, engine, log_potentials, tables[saturated], saturated, n_params)
                 if saturated and joint else None)
-    return order.restore(fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
-                                    n_params=n_params, history=history, goodness=goodness))
+    result = order.restore(fit_result(fitted, method, loglik=loglik, converged=converged, n_iter=n_iter, n_rows=n,
+                                      n_params=n_params, history=history, goodness=goodness))
+    # the canonical form in the model's own state order (its first states the reference)
+    positive = _positive_off_zeros(result.model)
+    if all((table.values > 0).all() for table in positive.potentials.values()):
+        result.model = positive.canonical()
+    if l1 == 0 and l2 == 0:  # a penalised estimate has none; the MLE's are formed when asked for
+        result.info["standard_errors"] = functools.partial(potential_errors, result.model, n)
+    return result
+
+
+def _positive_off_zeros(model: MarkovNetwork) -> MarkovNetwork:
+    """The network with 1 in place of the zero entries of its potentials that only cells fixed at zero by its
+    structural zeros hold (the weights methods put them there; any value gives the same distribution)."""
+    zeros = model.structural_zeros
+    if zeros is None or all((table.values > 0).all() for table in model.potentials.values()):
+        return model
+    tables = {}
+    for scope, table in model.potentials.items():
+        outside = [d for d in zeros.dims if d not in scope]
+        held = zeros.all(dim=outside) if outside else zeros  # cells of the scope whose every completion is zero
+        forbidden = held.broadcast_like(table).transpose(*scope).values
+        tables[scope] = table.copy(data=np.where((table.values == 0) & forbidden, 1.0, table.values))
+    return MarkovNetwork(tables, zeros)
+
+
+def treatment_features(model: MarkovNetwork) -> dict[tuple[str, ...], np.ndarray]:
+    """Each scope's treatment-coded features in canonical form: ``(k_S, cells_S)``, one row per cell of each of
+    its :meth:`~dpgm.MarkovNetwork.canonical_terms` with every variable past its first state (the indicator
+    of that cell), so that a canonical log potential is ``features.T @ lambda_S``."""
+    out = {}
+    for scope, terms in model.canonical_terms().items():
+        shape = [model.cardinality(v) for v in scope]
+        coordinates = np.indices(shape).reshape(len(scope), -1)
+        rows = []
+        for term in terms:
+            axes = [scope.index(v) for v in term]
+            sub = coordinates[axes]
+            nonreference = (sub > 0).all(axis=0)
+            cell = np.ravel_multi_index(sub, [shape[a] for a in axes])
+            levels = itertools.product(*(range(1, shape[a]) for a in axes))
+            wanted = [np.ravel_multi_index(level, [shape[a] for a in axes]) for level in levels]
+            rows.append((cell[None, :] == np.array(wanted)[:, None]) & nonreference)
+        out[scope] = (np.concatenate(rows).astype(float) if rows else np.zeros((0, math.prod(shape))))
+    return out
+
+
+def potential_errors(model: MarkovNetwork, n: float) -> dict[str, xr.DataArray]:
+    """Standard errors of a fitted network's potentials in canonical form, by the delta method:
+    ``se(phi) = phi se(log phi)``, where ``log phi_S(x) = sum_A lambda_A(x_A)`` and the ``lambda``'s
+    covariance is the inverse of ``n Cov_p(F)`` (:func:`~dpgm.algorithms.information.feature_moments`, the
+    treatment-coded features :func:`treatment_features`); named as
+    :func:`dpgm.models.parameters.parameter_tables` names the potentials. An entry fixed at 1 by the
+    canonical form has 0, one the features cannot identify (structural zeros) NaN.
+
+    Raises
+    ------
+    ValueError
+        A potential has a zero entry, or the model has more than
+        :data:`~dpgm.algorithms.information.MAX_INFORMATION_PARAMETERS` free parameters.
+    """
+    from dpgm.algorithms.information import (
+        MAX_INFORMATION_PARAMETERS,
+        combination_errors,
+        feature_moments,
+        inverse_information,
+    )
+    from dpgm.models.parameters import parameter_tables
+
+    for scope, table in model.potentials.items():
+        if (table.values <= 0).any():
+            raise ValueError(f"the fitted potential on {scope!r} has zero entries (an empty cell of a margin, "
+                             "or cells the structural zeros leave without mass): the estimate is on the boundary, "
+                             "its log-linear terms are infinite and have no asymptotic standard errors "
+                             "(dpgm.bootstrap gives standard errors)")
+    n_params = model.n_free_parameters()
+    if n_params > MAX_INFORMATION_PARAMETERS:
+        raise ValueError(f"{n_params:,} free parameters: the information matrix is not formed beyond "
+                         f"{MAX_INFORMATION_PARAMETERS:,} (dpgm.bootstrap gives standard errors)")
+    features = treatment_features(model)
+    cards = {v: model.cardinality(v) for v in model.variables}
+    _, covariance = feature_moments(model.variables, cards, model.factors(), features)
+    inverse, null = inverse_information(covariance, n)
+    names = {(name[len("table:"):] if name.startswith("table:") else name): name for name in parameter_tables(model)}
+    errors, start = {}, 0
+    for scope, matrix in features.items():
+        block = slice(start, start + len(matrix))
+        start += len(matrix)
+        table = model.potentials[scope]
+        log_errors = combination_errors(inverse[block, block], null[block], matrix.T).reshape(table.shape)
+        errors[names[",".join(scope)]] = table.copy(data=table.values * log_errors)
+    return errors
 
 
 def markov_network_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: list[str] | None

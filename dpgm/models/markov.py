@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,9 +12,9 @@ import xarray as xr
 from dpgm.models.description import state_lists, zeros_record
 from dpgm.models.saving import model_kind, pop_zeros, zeros_table
 from dpgm.models.zeros import check_structural_zeros, zeros_factors
-from dpgm.potentials import labelled_table, state_index
+from dpgm.potentials import expand, labelled_table, state_index
 
-__all__ = ["MarkovNetwork"]
+__all__ = ["MarkovNetwork", "canonical_log_potentials"]
 
 
 @model_kind
@@ -28,6 +29,23 @@ class MarkovNetwork:
         Optional boolean ``DataArray`` over any of the variables: cells fixed at
         probability zero (``True``), applied as one more factor by every inference
         path and kept through save/load (see :mod:`dpgm.models.zeros`).
+
+    Notes
+    -----
+    The potentials of a distribution are not unique (a potential can be scaled, and a
+    term shared by two overlapping scopes can sit in either). :meth:`canonical` gives
+    the one form every complete-data fit returns (``dpgm.fit`` with ``ipf``,
+    ``closed_form``, ``lbfgs``, ``newton``, ``gis``), the treatment-coded log-linear
+    model of the scopes: ``log p(x) = sum_A lambda_A(x_A) - log Z`` over every nonempty
+    subset ``A`` of a scope, with ``lambda_A(x_A) = 0`` when any variable of ``A`` is at
+    its first state; each term belongs to the first scope (in :attr:`scopes` order) that
+    contains it, and a potential is ``exp`` of the sum of its terms. So every potential
+    is 1 wherever the variables of its terms are at their first states (in particular
+    at its all-first-states cell), the normalizer ``Z`` is kept apart (inference
+    computes it), and a potential's log entries are sums of the ``lambda`` a
+    :class:`~dpgm.LogLinearModel` with the same treatment-coded features fits as its
+    weights. Potentials with zero entries have no such form (their terms are
+    infinite): a fit on data with an empty margin cell keeps the potentials it found.
 
     Examples
     --------
@@ -103,6 +121,43 @@ class MarkovNetwork:
             tables[scope] = labelled_table(values, scope, self.states)
         return self._copy(tables, self.structural_zeros)
 
+    def canonical(self) -> MarkovNetwork:
+        """The same distribution with the potentials in canonical form (see the class's Notes).
+
+        Raises
+        ------
+        ValueError
+            A potential has a zero entry (its log-linear terms are infinite).
+
+        Examples
+        --------
+        >>> import xarray as xr
+        >>> s = {"a": ["0", "1"], "b": ["0", "1"]}
+        >>> mn = MarkovNetwork({("a", "b"): xr.DataArray([[2.0, 6.0], [4.0, 24.0]], dims=("a", "b"), coords=s),
+        ...                     ("b",): xr.DataArray([5.0, 10.0], dims="b", coords={"b": s["b"]})})
+        >>> [table.values.round(12).tolist() for table in mn.canonical().potentials.values()]
+        [[[1.0, 6.0], [2.0, 24.0]], [1.0, 1.0]]
+        """
+        logs = {}
+        for scope in self.scopes:
+            values = np.asarray(self.potentials[scope].values, dtype=float)
+            if (values <= 0).any():
+                raise ValueError(f"the potential on {scope!r} has zero entries: its log-linear terms are infinite "
+                                 "and it has no canonical form")
+            logs[scope] = np.log(values)
+        return self.with_log_potentials(canonical_log_potentials(self.scopes, logs))
+
+    def canonical_terms(self) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+        """Each scope's terms in canonical form: the nonempty subsets of the scope (variables in scope
+        order, by size, then in scope order) that no earlier scope contains."""
+        terms: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+        for j, scope in enumerate(self.scopes):
+            earlier = [set(s) for s in self.scopes[:j]]
+            subsets = (tuple(scope[i] for i in chosen) for size in range(1, len(scope) + 1)
+                       for chosen in itertools.combinations(range(len(scope)), size))
+            terms[scope] = [a for a in subsets if not any(set(a) <= s for s in earlier)]
+        return terms
+
     def with_structural_zeros(self, structural_zeros: xr.DataArray | None) -> MarkovNetwork:
         """A copy with the given structural-zero pattern (``None`` removes it)."""
         return self._copy(self.potentials, check_structural_zeros(structural_zeros, self.variables, self.states))
@@ -170,3 +225,29 @@ class MarkovNetwork:
     def __repr__(self) -> str:
         zeros = "" if self.structural_zeros is None else f", {int(self.structural_zeros.sum())} structural zeros"
         return f"MarkovNetwork({len(self.variables)} variables, {len(self.potentials)} potentials{zeros})"
+
+
+def canonical_log_potentials(scopes: Sequence[tuple[str, ...]], log_potentials: Mapping[tuple[str, ...], np.ndarray]
+                             ) -> dict[tuple[str, ...], np.ndarray]:
+    """Finite log tables (axes in scope order) rewritten in canonical form (:meth:`MarkovNetwork.canonical`):
+    the same sum over the scopes up to a constant.
+
+    From the last scope to the first, the part of each table on the variables it shares with an
+    earlier scope (its value with the other variables at their first states) moves to that
+    scope, the earlier scopes first: a term on ``A`` then sits in the first scope containing
+    ``A``. Last, each table's value at its all-first-states cell (the constant) is dropped.
+    """
+    scopes = [tuple(s) for s in scopes]
+    tables = {s: np.array(log_potentials[s], dtype=float) for s in scopes}
+    holders: dict[str, list[int]] = {}
+    for i, scope in enumerate(scopes):
+        for v in scope:
+            holders.setdefault(v, []).append(i)
+    for j in range(len(scopes) - 1, 0, -1):
+        later = scopes[j]
+        for i in sorted({i for v in later for i in holders[v] if i < j}):
+            shared = tuple(v for v in later if v in scopes[i])
+            part = tables[later][tuple(slice(None) if v in shared else 0 for v in later)]
+            tables[later] = tables[later] - expand(part, shared, later)
+            tables[scopes[i]] = tables[scopes[i]] + expand(part, shared, scopes[i])
+    return {s: t - t.flat[0] for s, t in tables.items()}
