@@ -103,23 +103,35 @@ def fit(spec, data, out, method, report, overwrite, checkpoint, resume, plot_pat
                 start = time.perf_counter()
                 with cluster_performance_report(performance_report):
                     result = run(model, ds, method=chosen, client=client, progress=fit_progress(), **options)
-                    if standard_errors:  # an EM fit's take a pass over the data: on the cluster, now
-                        result.standard_errors  # noqa: B018
+                    unavailable = _formed_standard_errors(result) if standard_errors else None
                 seconds = time.perf_counter() - start
             save_model(result.model, out, result=result, data=data, seconds=seconds)
+            shown = standard_errors and unavailable is None
             click.echo(result.summary())
-            if standard_errors:
+            if shown:
                 click.echo(_standard_error_lines(result))
             click.echo(f"fitted in {seconds:.2f} s; model saved to {out}")
             if plot_path:
                 save_plot(result, plot_path)
             if report:
                 payload = result.to_dict() | {"seconds": seconds, "model_path": str(out), "data": str(data)}
-                if standard_errors:
+                if shown:
                     payload["standard_errors"] = _standard_error_report(result)
                 write_text_atomically(report, json.dumps(payload, indent=2, default=float))
+    if unavailable:  # known only after the fit (a Markov network's empty margin cell): the model is saved
+        raise Failure(f"--standard-errors: {unavailable}", EX_CONFIG)
     if not result.converged:
         sys.exit(EX_NOT_CONVERGED)
+
+
+def _formed_standard_errors(result) -> str | None:
+    """Form the fit's standard errors now (an EM fit's take a pass over the data: while the cluster runs); the
+    reason they cannot be formed, or None."""
+    try:
+        result.standard_errors  # noqa: B018
+    except NotImplementedError as error:
+        return str(error)
+    return None
 
 
 def _check_standard_errors(model, method: str, options: dict) -> None:

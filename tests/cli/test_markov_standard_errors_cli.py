@@ -70,3 +70,23 @@ def test_markov_network_fit_reports_the_canonical_potentials_errors_and_interval
             assert [lower, upper] == pytest.approx([phi - 1.959963984540054 * se, phi + 1.959963984540054 * se],
                                                    rel=1e-6, abs=1e-12)
             assert float(saved.potentials[scope].sel(at)) == pytest.approx(entry, rel=1e-12)
+
+
+def test_standard_errors_that_the_fit_shows_impossible_exit_78_after_saving_the_model(tmp_path, shared_cluster):
+    """An empty margin cell (no row has smoke=yes and lung=yes) leaves a zero potential, which has no canonical
+    form: known only after the pass, so the model and report are written, then one line and exit 78."""
+    from cli_runs import error_line
+
+    data = dpgm.sample_bayesian_network(dpgm.load_network("asia"), 2000, seed=3).compute()
+    frame = dpgm.to_pandas(data)
+    keep = ~((frame["smoke"] == "yes") & (frame["lung"] == "yes"))
+    dpgm.write_dataset(data.isel(row=np.nonzero(keep.to_numpy())[0]), tmp_path / "asia.zarr")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"model": "markov_network",
+                                                        "cliques": [["smoke", "lung"], ["smoke", "bronc"]]}))
+    run = run_dpgm("fit", tmp_path / "spec.yaml", tmp_path / "asia.zarr", "--out", tmp_path / "m.zarr", "--report",
+                   tmp_path / "r.json", "--standard-errors")
+    line = error_line(run, 78)
+    assert "--standard-errors" in line and "dpgm.bootstrap" in line
+    assert (tmp_path / "m.zarr").exists() and "standard_errors" not in json.loads((tmp_path / "r.json").read_text())
+    fitted = dpgm.load(tmp_path / "m.zarr")
+    assert float(fitted.potentials[("smoke", "lung")].sel(smoke="yes", lung="yes")) == 0.0
