@@ -77,8 +77,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["Boundary", "ChunkLinks", "ForwardMessage", "Messages", "Operator", "boundary_operators",
-           "combine_boundaries", "forward_backward_segments", "run_starts", "split_forward_backward"]
+__all__ = ["FORWARD_BACKWARD", "Boundary", "ChunkLinks", "ForwardBackward", "ForwardMessage", "Messages", "Operator",
+           "boundary_operators", "combine_boundaries", "forward_backward_segments", "run_starts",
+           "split_forward_backward"]
 
 
 @dataclass(frozen=True)
@@ -337,7 +338,8 @@ def combine_boundaries(boundaries: Sequence[Boundary], links: ChunkLinks) -> lis
     boundaries
         One per chunk, in row order (:func:`boundary_operators`).
     links
-        How the chunks' pieces join.
+        How the chunks' pieces join: a :class:`ChunkLinks`, or anything with its three
+        arrays (``continues_in``, ``continues_out``, ``single``).
 
     Returns
     -------
@@ -529,3 +531,35 @@ def split_forward_backward(log_emission: np.ndarray, ids: np.ndarray, start: np.
         start_counts = start_counts + part[2]
         transition_counts = transition_counts + part[3]
     return loglik, np.concatenate(gammas), start_counts, transition_counts
+
+
+class ForwardBackward:
+    """The split forward-backward as one object: what the long-layout passes
+    (:mod:`dpgm.stats.long_sequences`) are handed by their caller, since statistics sit below
+    inference. An instance holds nothing and pickles by reference to its class.
+
+    ``boundary_operators`` (pass 1), ``combine_boundaries`` (driver), ``chunk_statistics``
+    (pass 2: log-likelihood, ``gamma``, start and transition counts) and ``per_row`` (pass 2
+    of a per-row map: ``gamma``, ``outputs(S) = S`` columns of ``dtype``).
+    """
+
+    dtype = np.dtype(np.float64)
+    run_starts = staticmethod(run_starts)
+    boundary_operators = staticmethod(boundary_operators)
+    combine_boundaries = staticmethod(combine_boundaries)
+    chunk_statistics = staticmethod(forward_backward_segments)
+
+    @staticmethod
+    def outputs(n_states: int) -> int:
+        """Columns of :meth:`per_row`."""
+        return n_states
+
+    @staticmethod
+    def per_row(log_emission: np.ndarray, runs: np.ndarray, start: np.ndarray, transition: np.ndarray,
+                messages: Messages) -> np.ndarray:
+        """Each row's posterior state distribution ``(rows, S)``."""
+        return forward_backward_segments(log_emission, runs, start, transition, messages)[1]
+
+
+FORWARD_BACKWARD = ForwardBackward()
+"""The sum-product steps for :mod:`dpgm.stats.long_sequences`."""

@@ -1,7 +1,7 @@
 """The split forward-backward of the long layout (``dpgm.inference.segments``) against whole sequences.
 
-Oracle: a plain log-space forward-backward of each whole sequence, written here in
-NumPy with ``scipy.special.logsumexp`` (no scaling, no chunks): log-likelihood,
+Oracle: a plain log-space forward-backward of each whole sequence (``tests/chain_oracle.py``,
+NumPy with ``scipy.special.logsumexp``, no chunks): log-likelihood,
 per-step posteriors, expected transition and start counts. The split E step
 must equal it to 1e-10 (relative, absolute for posteriors) for every chunking,
 including cuts inside one long sequence, sequences of length 1 and missing
@@ -12,48 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from chain_oracle import oracle, runs_of, viterbi_oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.special import logsumexp
 
-from dpgm.inference.segments import run_starts, split_forward_backward
+from dpgm.inference.segment_paths import split_viterbi
+from dpgm.inference.segments import split_forward_backward
 
 TOL = 1e-10
-
-
-def oracle(log_emission: np.ndarray, ids: np.ndarray, start: np.ndarray, transition: np.ndarray):
-    """Log-space forward-backward of each whole sequence: loglik, gamma, start and transition counts.
-
-    Each step's log messages are shifted by their log-sum-exp (the log-likelihood is the sum of the
-    forward shifts), so that their magnitudes stay small over long sequences; posteriors and the
-    transition posteriors of each step are normalised over their states.
-    """
-    n = len(start)
-    log_start, log_transition = np.log(start), np.log(transition)
-    gamma = np.empty_like(log_emission)
-    start_counts, transition_counts, total = np.zeros(n), np.zeros((n, n)), 0.0
-    runs = run_starts(ids)
-    for a, b in zip(runs[:-1], runs[1:], strict=True):
-        le = log_emission[a:b]
-        length = b - a
-        log_alpha, log_beta = np.empty((length, n)), np.zeros((length, n))
-        log_alpha[0] = log_start + le[0]
-        for t in range(length):
-            if t > 0:
-                log_alpha[t] = logsumexp(log_alpha[t - 1][:, None] + log_transition, axis=0) + le[t]
-            shift = logsumexp(log_alpha[t])
-            total += shift
-            log_alpha[t] -= shift
-        for t in range(length - 2, -1, -1):
-            log_beta[t] = logsumexp(log_transition + (le[t + 1] + log_beta[t + 1])[None, :], axis=1)
-            log_beta[t] -= logsumexp(log_beta[t])
-        log_gamma = log_alpha + log_beta
-        gamma[a:b] = np.exp(log_gamma - logsumexp(log_gamma, axis=1, keepdims=True))
-        start_counts += gamma[a]
-        for t in range(1, length):
-            log_xi = log_alpha[t - 1][:, None] + log_transition + (le[t] + log_beta[t])[None, :]
-            transition_counts += np.exp(log_xi - logsumexp(log_xi))
-    return total, gamma, start_counts, transition_counts
 
 
 def random_problem(rng: np.random.Generator, n_states: int, lengths: list[int], missing: float):
@@ -70,7 +36,8 @@ def assert_split_equals_oracle(log_emission, ids, start, transition, chunk_start
     loglik, gamma, start_counts, transition_counts = split_forward_backward(log_emission, ids, start, transition,
                                                                             chunk_starts)
     expected = oracle(log_emission, ids, start, transition)
-    np.testing.assert_allclose(loglik, expected[0], rtol=TOL)
+    # every step missing: loglik 0, up to rounding of one ulp per step
+    np.testing.assert_allclose(loglik, expected[0], rtol=TOL, atol=1e-15 * len(ids))
     np.testing.assert_allclose(gamma, expected[1], rtol=0, atol=TOL)
     np.testing.assert_allclose(start_counts, expected[2], rtol=TOL, atol=TOL)
     np.testing.assert_allclose(transition_counts, expected[3], rtol=TOL, atol=TOL)
@@ -117,3 +84,51 @@ def test_impossible_sequence_has_minus_infinite_loglik_and_no_counts():
     np.testing.assert_allclose(gamma[:10], expected[1], rtol=0, atol=TOL)
     np.testing.assert_allclose(start_counts, expected[2], rtol=TOL)
     np.testing.assert_allclose(transition_counts, expected[3], rtol=TOL)
+
+
+def _path_log_probability(log_emission, ids, start, transition, path) -> float:
+    """The summed log-probability of ``path`` (each sequence's) under the model."""
+    total = 0.0
+    for a, b in runs_of(ids):
+        states = path[a:b]
+        total += np.log(start[states[0]]) + np.log(transition[states[:-1], states[1:]]).sum()
+        total += log_emission[np.arange(a, b), states].sum()
+    return total
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_states=st.integers(2, 4),
+       lengths=st.lists(st.integers(1, 40), min_size=1, max_size=6) | st.just([3000]),
+       cuts=st.lists(st.floats(0, 1), max_size=8), missing=st.sampled_from([0.0, 0.3]),
+       continuous=st.booleans())
+def test_split_viterbi_equals_whole_sequences(seed, n_states, lengths, cuts, missing, continuous):
+    """The best path and its log-probability per sequence against a log-space Viterbi of each whole sequence:
+    the summed best log-probabilities to 1e-10, and the path's own log-probability equal to them. Continuous
+    emissions and no missing step (Gaussian-like log densities: no two paths equally probable): the path
+    exactly. Repeated symbols and missing steps make equally probable paths (1→2→1→1 and 1→1→2→1 over two
+    missing steps), any of which is a right answer."""
+    rng = np.random.default_rng(seed)
+    log_emission, ids, start, transition = random_problem(rng, n_states, lengths, missing)
+    if continuous:
+        log_emission = np.where(log_emission == 0, 0.0, rng.normal(-3.0, 2.0, log_emission.shape))
+    n = sum(lengths)
+    chunk_starts = sorted({0, n, *(int(c * n) for c in cuts)})
+    best, path = split_viterbi(log_emission, ids, start, transition, chunk_starts)
+    expected_best, expected_path = viterbi_oracle(log_emission, ids, start, transition)
+    np.testing.assert_allclose(best, expected_best, rtol=TOL)
+    np.testing.assert_allclose(_path_log_probability(log_emission, ids, start, transition, path), expected_best,
+                               rtol=0, atol=1e-8)  # rounding of sums of 3000 terms
+    if continuous and not missing:
+        np.testing.assert_array_equal(path, expected_path)
+
+
+def test_impossible_sequence_has_no_path():
+    rng = np.random.default_rng(4)
+    log_emission, ids, start, transition = random_problem(rng, 2, [10, 12, 5], 0.0)
+    log_emission[15] = -np.inf
+    best, path = split_viterbi(log_emission, ids, start, transition, [0, 5, 13, 16, 27])
+    assert best == -np.inf
+    assert (path[10:22] == -1).all()
+    expected = viterbi_oracle(log_emission, ids, start, transition)[1]
+    np.testing.assert_array_equal(path[:10], expected[:10])
+    np.testing.assert_array_equal(path[22:], expected[22:])
