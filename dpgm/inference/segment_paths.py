@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from dpgm.inference.segments import ChunkLinks, run_starts
+from dpgm.inference.segments import ChunkLinks, run_starts, state_size
 
 __all__ = ["VITERBI", "PathBoundary", "PathMessages", "Scores", "Viterbi", "combine_path_boundaries",
            "path_boundary_operators", "split_viterbi", "viterbi_segments"]
@@ -98,8 +98,8 @@ def _log(array: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(nogil=True, cache=True)
-def _max_operator(log_emission, a, b, log_transition, values, shift):
-    n = log_transition.shape[0]
+def _max_operator(log_emission, a, b, log_transition, values, shift, size):
+    n = len(size)
     product = np.empty((n, n))
     for i in range(n):
         shift[i] = 0.0
@@ -129,8 +129,8 @@ def _max_operator(log_emission, a, b, log_transition, values, shift):
 
 
 @numba.njit(nogil=True, cache=True)
-def _max_filter(log_emission, a, b, log_start, log_transition, delta):
-    n = log_transition.shape[0]
+def _max_filter(log_emission, a, b, log_start, log_transition, delta, size):
+    n = len(size)
     previous = np.empty(n)
     shift = 0.0
     for t in range(a, b):
@@ -164,12 +164,12 @@ def path_boundary_operators(log_emission: np.ndarray, runs: np.ndarray, start: n
     head = tail = None
     if continues_in:
         values, shift = np.empty((n, n)), np.empty(n)
-        _max_operator(log_emission, int(runs[0]), int(runs[1]), log_transition, values, shift)
+        _max_operator(log_emission, int(runs[0]), int(runs[1]), log_transition, values, shift, state_size(n))
         head = Scores(values, shift)
     if continues_out and not (continues_in and len(runs) == 2):
         delta = np.empty(n)
         tail = Scores(delta, float(_max_filter(log_emission, int(runs[-2]), int(runs[-1]), log_start,
-                                               log_transition, delta)))
+                                               log_transition, delta, state_size(n))))
     return PathBoundary(head, tail)
 
 
@@ -215,8 +215,8 @@ def combine_path_boundaries(boundaries: Sequence[PathBoundary], links: ChunkLink
 
 @numba.njit(nogil=True, cache=True)
 def _viterbi(log_emission, runs, log_start, log_transition, continues_in, delta_in, shift_in, head_end,
-             continues_out, tail_end, path):
-    n_rows, n = log_emission.shape
+             continues_out, tail_end, path, size):
+    n_rows, n = log_emission.shape[0], len(size)
     n_runs = runs.shape[0] - 1
     back = np.empty((n_rows, n), dtype=np.int32)
     delta = np.empty(n)
@@ -285,7 +285,7 @@ def viterbi_segments(log_emission: np.ndarray, runs: np.ndarray, start: np.ndarr
     total = _viterbi(log_emission, np.asarray(runs, dtype=np.int64), _log(start), _log(transition),
                      forward is not None, delta_in, 0.0 if forward is None else float(forward.shift),
                      -1 if messages.head_end is None else messages.head_end, messages.tail_end is not None,
-                     -1 if messages.tail_end is None else messages.tail_end, path)
+                     -1 if messages.tail_end is None else messages.tail_end, path, state_size(n))
     return float(total), path
 
 
