@@ -43,7 +43,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from dpgm.inference.segments import ChunkLinks, run_starts, state_size
+from dpgm.inference._segment_kernels import state_size
+from dpgm.inference.segments import ChunkLinks, run_starts
 
 __all__ = ["VITERBI", "PathBoundary", "PathMessages", "Scores", "Viterbi", "combine_path_boundaries",
            "path_boundary_operators", "split_viterbi", "viterbi_segments"]
