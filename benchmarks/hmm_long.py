@@ -22,6 +22,10 @@ the int8 symbol ``letter``), written to Zarr under /tmp/dpgm-bench with
   beta are ``N x S`` floats each), up to ``--in-memory-max`` steps; median of 3, peak RSS
   increase sampled the same way.
 
+Besides wall seconds, the CPU seconds of an E step (both workers' processes, psutil) and of
+the in-memory run (this process) are recorded: on a machine shared with other work they
+measure the cost where wall-clock ratios depend on the load.
+
 The log-likelihoods and expected counts of both are compared (max relative
 difference). BLAS/numba threads pinned to 1. Results: ``results/hmm_long{,_quick}.{json,md}``.
 """
@@ -151,15 +155,17 @@ class TimedSource(DataSource):
 
 
 class PeakRSS:
-    """The peak RSS of a process, sampled every ``interval`` seconds by a thread, from ``start()`` to ``stop()``."""
+    """The peak RSS of a process, sampled every ``interval`` seconds by a thread, from ``start()`` to ``stop()``,
+    and the CPU seconds it used meanwhile."""
 
     def __init__(self, interval: float = 0.02):
-        self.interval, self.peak, self.before = interval, 0, 0
+        self.interval, self.peak, self.before, self.cpu = interval, 0, 0, 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> int:
         process = psutil.Process()
+        self.cpu = sum(process.cpu_times()[:2])
         self.before = self.peak = process.memory_info().rss
         self._stop.clear()
 
@@ -171,11 +177,12 @@ class PeakRSS:
         self._thread.start()
         return self.before
 
-    def stop(self) -> tuple[int, int]:
+    def stop(self) -> tuple[int, int, float]:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, psutil.Process().memory_info().rss)
-        return self.before, self.peak
+        process = psutil.Process()
+        self.peak = max(self.peak, process.memory_info().rss)
+        return self.before, self.peak, sum(process.cpu_times()[:2]) - self.cpu
 
 
 def _worker_probe_start(dask_worker) -> int:
@@ -183,7 +190,7 @@ def _worker_probe_start(dask_worker) -> int:
     return dask_worker._dpgm_peak_rss.start()
 
 
-def _worker_probe_stop(dask_worker) -> tuple[int, int]:
+def _worker_probe_stop(dask_worker) -> tuple[int, int, float]:
     return dask_worker._dpgm_peak_rss.stop()
 
 
@@ -227,12 +234,14 @@ def split_estep(n: int, chunk_rows: int, repeats: int) -> dict:
         peaks = client.run(_worker_probe_stop)
     pass_seconds = {name: statistics.median(p[i][1] for p in passes) for i, (name, _) in enumerate(passes[0])}
     seconds = statistics.median(times)
+    driver = statistics.median(t - sum(s for _, s in p) for t, p in zip(times, passes, strict=True))
     return {
         "steps": n, "chunk_rows": chunk_rows, "chunks": layout.n_chunks, "seconds": seconds, "times": times,
-        "passes": pass_seconds, "driver_seconds": seconds - sum(pass_seconds.values()),
+        "passes": pass_seconds, "driver_seconds": driver,
         "layout_seconds": layout_seconds,
-        "worker_rss_before_mb": sorted(round(b / 2**20) for b, _ in peaks.values()),
-        "worker_peak_rss_mb": sorted(round(p / 2**20) for _, p in peaks.values()),
+        "worker_rss_before_mb": sorted(round(b / 2**20) for b, _, _ in peaks.values()),
+        "worker_peak_rss_mb": sorted(round(p / 2**20) for _, p, _ in peaks.values()),
+        "worker_cpu_seconds": sum(c for _, _, c in peaks.values()) / repeats,
         "statistics": _gather_statistics(result),
         "before": before,
     }
@@ -252,9 +261,9 @@ def in_memory(n: int, repeats: int) -> dict:
         begin = time.perf_counter()
         loglik, counts = forward_backward_counts(codes, start, transition, emission)
         times.append(time.perf_counter() - begin)
-    before, peak = probe.stop()
+    before, peak, cpu = probe.stop()
     values = np.concatenate([counts["start"], counts["transition"].ravel(), counts["emission"].ravel()])
-    return {"steps": n, "seconds": statistics.median(times), "times": times,
+    return {"steps": n, "seconds": statistics.median(times), "times": times, "cpu_seconds": cpu / repeats,
             "peak_rss_increase_mb": round((peak - before) / 2**20), "statistics": (loglik, values)}
 
 
@@ -264,7 +273,7 @@ def _difference(a, b) -> tuple[float, float]:
     return loglik, counts
 
 
-def report(rows: list[dict], memory: dict[int, dict], name: str) -> None:
+def report(rows: list[dict], memory: dict[int, dict], name: str, load: list[float]) -> None:
     lines = [
         "# hmm_long: one long HMM sequence split across 2 workers vs in-memory forward-backward",
         "",
@@ -272,12 +281,13 @@ def report(rows: list[dict], memory: dict[int, dict], name: str) -> None:
         "Zarr; fresh 2-worker LocalCluster (2 processes x 1 thread) per row; median of 3 E steps after a warm-up. "
         "E step = pass 1 (segment operators) + driver scan + pass 2 (forward-backward with boundary messages). "
         "In memory: `dpgm.inference.chain.forward_backward_counts` on the whole sequence, one process. "
-        "BLAS/numba threads pinned to 1; the 2 cores are shared with other sessions: read ratios.",
+        "BLAS/numba threads pinned to 1; the 2 cores are shared with other sessions: read ratios. "
+        f"Load average (1 min) at the start and end of the run: {' -> '.join(f'{x:.1f}' for x in load)}.",
         "",
         "| N steps | chunk rows | chunks | E step s | pass 1 s | driver s | pass 2 s | layout pass s (once) "
-        "| Msteps/s | in-memory s | in-memory / split | worker RSS before -> peak (MB) | in-memory RSS increase (MB) "
-        "| loglik rel diff | counts max rel diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Msteps/s | in-memory s | in-memory / split | split CPU s (2 workers) | in-memory CPU s "
+        "| worker RSS before -> peak (MB) | in-memory RSS increase (MB) | loglik rel diff | counts max rel diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         mem = memory.get(row["steps"])
@@ -291,6 +301,7 @@ def report(rows: list[dict], memory: dict[int, dict], name: str) -> None:
             cells += [f"{mem['seconds']:.2f}", f"{mem['seconds'] / row['seconds']:.2f}x"]
         else:
             cells += ["-", "-"]
+        cells += [f"{row['worker_cpu_seconds']:.2f}", f"{mem['cpu_seconds']:.2f}" if mem else "-"]
         cells.append(f"{' / '.join(map(str, row['worker_rss_before_mb']))} -> "
                      f"{' / '.join(map(str, row['worker_peak_rss_mb']))}")
         cells += [str(mem["peak_rss_increase_mb"]), f"{loglik:.1e}", f"{counts:.1e}"] if mem else ["-", "-", "-"]
@@ -308,7 +319,7 @@ def report(rows: list[dict], memory: dict[int, dict], name: str) -> None:
         return value
 
     payload = {"split": [plain({k: v for k, v in r.items() if k != "before"}) for r in rows],
-               "in_memory": plain(memory)}
+               "in_memory": plain(memory), "load_average": load}
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=1))
     print("\n".join(lines))
 
@@ -316,7 +327,7 @@ def report(rows: list[dict], memory: dict[int, dict], name: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--steps", type=float, nargs="+", default=[1e6, 1e7, 1e8])
+    parser.add_argument("--steps", type=float, nargs="+", default=[1e6, 1e7, 3e7, 1e8])
     parser.add_argument("--chunk-rows", type=float, default=1e6)
     parser.add_argument("--sweep-steps", type=float, default=1e7)
     parser.add_argument("--sweep-chunk-rows", type=float, nargs="*", default=[2.5e5, 4e6])
@@ -326,6 +337,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.steps, args.sweep_chunk_rows, args.chunk_rows, args.sweep_steps = [1e5, 1e6], [5e4], 2.5e5, 1e6
+    load = [os.getloadavg()[0]]
     settings = [(int(n), int(args.chunk_rows)) for n in args.steps]
     settings += [(int(args.sweep_steps), int(c)) for c in args.sweep_chunk_rows]
     memory = {}
@@ -337,7 +349,8 @@ def main() -> None:
     for n, chunk_rows in settings:
         rows.append(split_estep(n, chunk_rows, args.repeats))
         print(f"split {n:.0e} / {chunk_rows:.0e}: {rows[-1]['seconds']:.2f} s {rows[-1]['passes']}", flush=True)
-    report(rows, memory, args.name or ("hmm_long_quick" if args.quick else "hmm_long"))
+    load.append(os.getloadavg()[0])
+    report(rows, memory, args.name or ("hmm_long_quick" if args.quick else "hmm_long"), load)
 
 
 if __name__ == "__main__":

@@ -437,7 +437,7 @@ def _estep_kernel(chunk: int, columns: dict[str, np.ndarray], plan: _Plan) -> li
             *_chunk_inputs(chunk, columns, plan, p))
         statistics: dict[str, Any] = {"start": start_counts, "transition": transition_counts}
         if plan.accumulate is not None:  # an impossible sequence (NaN posteriors) contributes nothing
-            statistics["emission"] = plan.accumulate(plan.offset + chunk, columns, np.nan_to_num(gamma, nan=0.0),
+            statistics["emission"] = plan.accumulate(plan.offset + chunk, columns, np.nan_to_num(gamma, copy=False),
                                                      emission)
         results.append((loglik, statistics))
     return results
