@@ -29,8 +29,15 @@ Passes
   messages and the caller's emission statistics, summed in the engine's tree
   (:func:`dpgm.stats.engine.map_reduce`). Several parameter sets (EM restarts)
   share both passes.
-* :func:`long_posterior_map`: pass 1 now, and the lazy per-row posteriors
-  ``(row, S)`` of pass 2 (:func:`dpgm.stats.rows.row_map`), for decoding.
+* :func:`long_row_map`: pass 1 now, and pass 2 as a lazy per-row array
+  (:func:`dpgm.stats.rows.row_map`), for decoding: each row's posterior state
+  distribution ``(row, S)``, or its state on the most probable path ``(row, 1)``
+  (Viterbi: the same scan in the ``(max, +)`` semiring,
+  :mod:`dpgm.inference.segment_paths`).
+
+The math is handed in by the caller (``segments=``), since statistics sit below
+inference in the layers: :data:`dpgm.inference.FORWARD_BACKWARD` for the E step and
+the posteriors, :data:`dpgm.inference.VITERBI` for the paths (:class:`SegmentMath`).
 
 Memory: a worker holds one chunk's columns and ``O(rows S)`` floats per
 parameter set (never the sequence length or N); the driver ``O(C S^2)`` per
@@ -69,9 +76,10 @@ Categorical emissions from a table ``(S, symbols)``:
             counts[s] = np.bincount(codes[seen], gamma[seen, s], minlength=table.shape[1])
         return counts
 
-    layout = sequence_layout(source, "sequence")
+    layout = sequence_layout(source, "sequence")          # once per dataset
     [(loglik, counts)] = long_expected_stats(source, ["letter"], "sequence", [(start, transition, table)],
-                                             log_emission, accumulate, layout=layout)
+                                             log_emission, accumulate, segments=FORWARD_BACKWARD,
+                                             layout=layout)
 """
 
 from __future__ import annotations
