@@ -132,3 +132,17 @@ def test_impossible_sequence_has_no_path():
     expected = viterbi_oracle(log_emission, ids, start, transition)[1]
     np.testing.assert_array_equal(path[:10], expected[:10])
     np.testing.assert_array_equal(path[22:], expected[22:])
+
+
+def test_more_than_eight_states_take_the_general_kernels():
+    """Above 8 states the kernels are compiled once for any number of states (``state_size``): the same
+    answers as the oracle, for the posteriors and the paths."""
+    rng = np.random.default_rng(6)
+    log_emission, ids, start, transition = random_problem(rng, 10, [300, 1, 80], 0.2)
+    assert_split_equals_oracle(log_emission, ids, start, transition, [0, 120, 299, 300, 302, 381])
+    log_emission = np.where(log_emission == 0, 0.0, rng.normal(-3.0, 2.0, log_emission.shape))
+    best, path = split_viterbi(log_emission, ids, start, transition, [0, 120, 299, 300, 302, 381])
+    expected_best, _ = viterbi_oracle(log_emission, ids, start, transition)
+    np.testing.assert_allclose(best, expected_best, rtol=TOL)
+    np.testing.assert_allclose(_path_log_probability(log_emission, ids, start, transition, path), expected_best,
+                               rtol=0, atol=1e-8)
