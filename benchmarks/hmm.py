@@ -1,7 +1,10 @@
 """HMM Baum-Welch seconds per iteration vs N sequences: dpgm (in memory / 2-worker cluster) vs hmmlearn.
 
-Run: ``python -m benchmarks.hmm [--quick] [--sequences 1e3 1e4 1e5 1e6]`` (hmmlearn up to
-``--hmmlearn-max``, default 1e5 sequences: it needs ~25 s per iteration there).
+Run: ``python -m benchmarks.hmm [--quick] [--sequences 1e3 1e4 1e5 1e6] [--emission gaussian]``
+(hmmlearn up to ``--hmmlearn-max``, default 1e5 sequences: it needs ~25 s per iteration there).
+``--emission gaussian``: two continuous variables per step, a full-covariance Gaussian per state,
+against hmmlearn's ``GaussianHMM(covariance_type="full", covars_prior=0)``
+(``results/hmm_gaussian.md``).
 
 Data: N sequences of length 50 from a 4-state, 6-symbol HMM (vectorized NumPy
 sampler, seed fixed), written to Zarr under /tmp for the cluster runs. All three
@@ -38,6 +41,10 @@ import xarray as xr  # noqa: E402
 import dpgm  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+EMISSION = "categorical"  # or "gaussian" (--emission)
+MEANS = np.array([[0.0, 0.0], [3.0, 1.0], [-1.0, 4.0], [2.5, -2.5]])
+COVARIANCES = np.array([[[1.0, 0.3], [0.3, 0.8]], [[0.6, -0.2], [-0.2, 1.1]], [[1.4, 0.0], [0.0, 0.5]],
+                        [[0.7, 0.2], [0.2, 0.7]]])
 STORE = Path("/tmp/dpgm-bench")
 N_STATES, SYMBOLS, LENGTH = 4, list("abcdef"), 50
 
@@ -59,21 +66,41 @@ def _sample(n_sequences: int, seed: int = 1) -> np.ndarray:
     def draw(probabilities):  # one categorical draw per row of ``probabilities``
         return (rng.random((len(probabilities), 1)) > np.cumsum(probabilities, axis=1)).sum(axis=1)
 
-    codes = np.empty((n_sequences, LENGTH), dtype=np.int8)
+    gaussian = EMISSION == "gaussian"
+    codes = np.empty((n_sequences, LENGTH, 2) if gaussian else (n_sequences, LENGTH),
+                     dtype=np.float64 if gaussian else np.int8)
+    factors = np.linalg.cholesky(COVARIANCES)
     state = draw(np.broadcast_to(start, (n_sequences, N_STATES)))
     for t in range(LENGTH):
-        codes[:, t] = np.minimum(draw(emission[state]), len(SYMBOLS) - 1)
+        if gaussian:
+            codes[:, t] = MEANS[state] + np.einsum("nij,nj->ni", factors[state], rng.standard_normal((n_sequences, 2)))
+        else:
+            codes[:, t] = np.minimum(draw(emission[state]), len(SYMBOLS) - 1)
         state = np.minimum(draw(transition[state]), N_STATES - 1)
     return codes
 
 
 def _dataset(codes: np.ndarray) -> xr.Dataset:
+    if EMISSION == "gaussian":
+        return xr.Dataset({"x": (("row", "time"), codes[..., 0]), "y": (("row", "time"), codes[..., 1])})
     return xr.Dataset({"obs": (("row", "time"), codes, {"states": SYMBOLS})})
+
+
+def _start():
+    """The same random start for dpgm and hmmlearn."""
+    rng = np.random.default_rng(7)
+    if EMISSION == "categorical":
+        return dpgm.hmm(N_STATES, SYMBOLS).randomized(rng)
+    structure = dpgm.hmm(N_STATES, emissions={("x", "y"): {"family": "gaussian", "covariance_type": "full"}})
+    family = structure.emissions[0].with_arrays(MEANS + rng.normal(0, 0.7, MEANS.shape),
+                                                np.stack([np.eye(2) * 1.5] * N_STATES), structure.labels)
+    return structure.with_parameters(rng.dirichlet(np.ones(N_STATES)), rng.dirichlet(np.ones(N_STATES), N_STATES),
+                                     [family])
 
 
 def _store(codes: np.ndarray) -> Path:
     n = codes.shape[0]
-    path = STORE / f"hmm_{n:.0e}_L{LENGTH}_s{N_STATES}_m{len(SYMBOLS)}.zarr".replace("+", "")
+    path = STORE / f"hmm_{EMISSION}_{n:.0e}_L{LENGTH}_s{N_STATES}_m{len(SYMBOLS)}.zarr".replace("+", "")
     if not (path / ".done").exists():
         chunk_rows = int(min(max(n // 8, 1000), 200_000))
         dpgm.write_dataset(_dataset(codes), path, chunk_rows=chunk_rows)
@@ -85,15 +112,23 @@ from benchmarks.timing import timed as _timed  # noqa: E402
 
 
 def _hmmlearn(start, codes: np.ndarray, iterations: int, repeats: int):
-    from hmmlearn.hmm import CategoricalHMM
+    from hmmlearn.hmm import CategoricalHMM, GaussianHMM
 
     lengths = [codes.shape[1]] * codes.shape[0]
-    flat = codes.reshape(-1, 1)
+    flat = codes.reshape(codes.shape[0] * codes.shape[1], -1)
 
     def run():
-        model = CategoricalHMM(n_components=N_STATES, n_features=len(SYMBOLS), init_params="", params="ste",
-                               n_iter=iterations, tol=-np.inf, implementation="log")
-        model.startprob_, model.transmat_, model.emissionprob_ = start.arrays()
+        if EMISSION == "gaussian":
+            model = GaussianHMM(n_components=N_STATES, covariance_type="full", init_params="", params="stmc",
+                                n_iter=iterations, tol=-np.inf, covars_prior=0.0, means_weight=0.0,
+                                implementation="log")
+            family = start.emissions[0]
+            model.startprob_, model.transmat_ = start.start.values, start.transition.values
+            model.means_, model.covars_ = family.means.values, family.covariances.values
+        else:
+            model = CategoricalHMM(n_components=N_STATES, n_features=len(SYMBOLS), init_params="", params="ste",
+                                   n_iter=iterations, tol=-np.inf, implementation="log")
+            model.startprob_, model.transmat_, model.emissionprob_ = start.arrays()
         model.fit(flat, lengths)
         return np.array(model.monitor_.history)
 
@@ -103,7 +138,8 @@ def _hmmlearn(start, codes: np.ndarray, iterations: int, repeats: int):
 
 def _dpgm(start, data, iterations: int, repeats: int, client=None):
     def run():
-        result = dpgm.fit(start, data, init="model", tol=0, max_iter=iterations, client=client)
+        options = {"reg_covar": 0.0} if EMISSION == "gaussian" else {}
+        result = dpgm.fit(start, data, init="model", tol=0, max_iter=iterations, client=client, **options)
         return np.array([h["loglik"] for h in result.history]), result.passes
 
     seconds, (history, passes) = _timed(run, repeats)
@@ -111,7 +147,7 @@ def _dpgm(start, data, iterations: int, repeats: int, client=None):
 
 
 def run(sizes: list[int], iterations: int, hmmlearn_max: int) -> list[dict]:
-    start = dpgm.hmm(N_STATES, SYMBOLS).randomized(np.random.default_rng(7))
+    start = _start()
     rows, data = [], {}
     for n in sizes:
         codes = _sample(n)
@@ -159,7 +195,7 @@ def _plot(rows: list[dict], path: Path) -> None:
 
     fig, (ax, per_core) = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in [("dpgm_in_memory", "dpgm in memory (1 core)"), ("dpgm_cluster", "dpgm Zarr, 2 workers"),
-                       ("hmmlearn", "hmmlearn CategoricalHMM (1 core)")]:
+                       ("hmmlearn", f"hmmlearn {'GaussianHMM' if EMISSION == 'gaussian' else 'CategoricalHMM'} (1 core)")]:
         xs = [r["n_sequences"] for r in rows if key in r]
         ax.loglog(xs, [r[key]["seconds_per_iter"] for r in rows if key in r], "o-", label=label)
         per_core.semilogx(xs, [r[key]["obs_per_s_per_core"] / 1e6 for r in rows if key in r], "o-", label=label)
@@ -173,8 +209,10 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 
 def _markdown(report: dict) -> str:
-    lines = ["# hmm: Baum-Welch, dpgm vs hmmlearn", "",
-             f"{N_STATES} hidden states, {len(SYMBOLS)} symbols, sequences of length {LENGTH}, "
+    what = ("2 continuous variables per step (a full-covariance Gaussian per state; hmmlearn's GaussianHMM, "
+            "covars_prior=0)" if EMISSION == "gaussian" else f"{len(SYMBOLS)} symbols")
+    lines = [f"# hmm: Baum-Welch, dpgm vs hmmlearn ({EMISSION} emissions)", "",
+             f"{N_STATES} hidden states, {what}, sequences of length {LENGTH}, "
              f"{report['iterations']} iterations from the same start; BLAS/numba threads pinned to 1. "
              "Per-core ratio = dpgm obs/s/core / hmmlearn obs/s/core (target: >= 1/1.5 = 0.67).", "",
              "| N seq | dpgm mem s/it | dpgm cluster s/it | hmmlearn s/it | Mobs/s/core mem / cluster / hmmlearn | "
@@ -202,7 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sequences", type=float, nargs="*", help="numbers of sequences")
     parser.add_argument("--iterations", type=int, help="Baum-Welch iterations (default 5; 3 with --quick)")
     parser.add_argument("--hmmlearn-max", type=float, default=1e5, help="largest N for hmmlearn")
+    parser.add_argument("--emission", choices=["categorical", "gaussian"], default="categorical")
     args = parser.parse_args(argv)
+    global EMISSION
+    EMISSION = args.emission
+    name = "hmm" if EMISSION == "categorical" else f"hmm_{EMISSION}"
     sizes = [int(x) for x in (args.sequences or ([1e3, 1e4] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
     iterations = args.iterations or (3 if args.quick else 5)
     warnings.filterwarnings("ignore")
@@ -212,9 +254,10 @@ def main(argv: list[str] | None = None) -> None:
               "symbols": len(SYMBOLS), "length": LENGTH, "rows": rows,
               "notes": "BLAS/numba threads pinned to 1; the machine's 2 cores are shared with other sessions"}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "hmm.json").write_text(json.dumps(report, indent=2))
-    _plot(rows, RESULTS / "hmm.png")
-    (RESULTS / "hmm.md").write_text(_markdown(report))
+    report["emission"] = EMISSION
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2))
+    _plot(rows, RESULTS / f"{name}.png")
+    (RESULTS / f"{name}.md").write_text(_markdown(report))
     print(_markdown(report))
 
 

@@ -70,13 +70,35 @@ def emission_factors(plans: Sequence[Any], values: Sequence[np.ndarray], shape: 
     return product.reshape(*shape, -1), total.reshape(shape)
 
 
+# steps per block of the E-step kernel: the block's emission factors and posteriors (steps x states) stay small
+_BLOCK_STEPS = 1 << 16
+
+
 def _estep_kernel(index: int, columns: dict[str, np.ndarray], shared: tuple) -> list:
+    """One chunk's E step for every restart, by blocks of whole sequences (about :data:`_BLOCK_STEPS` steps):
+    the temporaries grow with the block, not the chunk."""
+    from dpgm.stats.engine import add_partials
+
     restarts, forward_backward = shared
-    values, ends, shape = chunk_emissions(index, columns, restarts[0][2])
     weights = columns.get(WEIGHT)
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
         _check_weights(weights, index)
+    variables = [v for plan in restarts[0][2] for v in plan.variables]
+    rows, length = _shape(index, columns, variables)
+    step = max(1, _BLOCK_STEPS // max(length, 1))
+    total = None
+    for first in range(0, max(rows, 1), step):
+        part = {v: np.asarray(columns[v])[first:first + step] for v in variables}
+        block = _estep_block(index, part, restarts, forward_backward,
+                             None if weights is None else weights[first:first + step])
+        total = block if total is None else add_partials(total, block)
+    return total
+
+
+def _estep_block(index: int, columns: dict[str, np.ndarray], restarts: Sequence[Any], forward_backward: Any,
+                 weights: np.ndarray | None) -> list:
+    values, ends, shape = chunk_emissions(index, columns, restarts[0][2])
     out = []
     for start, transition, plans in restarts:
         factors, shift = emission_factors(plans, values, shape)
