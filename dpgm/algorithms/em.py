@@ -100,9 +100,12 @@ class EMFamily:
         Incremental EM's first pass takes every block at the starting parameters (one
         plain EM step) instead of M steps on a growing partial sum: for M steps that
         cannot leave a zero (IPF, GIS: multiplicative updates).
+    passes_per_estep
+        Passes over the data one E step takes (a hidden Markov model's long layout: two).
     """
 
     incremental_full_first_pass: bool = False
+    passes_per_estep: int = 1
 
     def estep(self, parameters: Sequence[Any], iteration: int,
               rows: tuple[int, int] | None = None) -> list[tuple[float, Any]]:
@@ -368,7 +371,7 @@ def em(
         iteration += 1
         active = [i for i, r in enumerate(runs) if not r.done]
         results = family.estep([runs[i].point for i in active], iteration)
-        passes += 1
+        passes += family.passes_per_estep
         for i, (loglik, statistics) in zip(active, results, strict=True):
             _advance(family, runs[i], i, float(loglik), statistics, tol, accelerate, report)
         if prune_restarts and iteration >= PRUNE_AFTER:

@@ -50,8 +50,11 @@ class HiddenMarkovEM(EMFamily):
     distribution) and on each family's unconstrained vector.
     """
 
-    def __init__(self, model: HiddenMarkovModel, source: DataSource, reg_covar: float = 0.0):
+    def __init__(self, model: HiddenMarkovModel, source: DataSource, reg_covar: float = 0.0,
+                 sequence: str | None = None, layout: Any = None):
         self.model, self.source, self.reg_covar = model, source, reg_covar
+        self.sequence, self.layout = sequence, layout
+        self.passes_per_estep = 1 if sequence is None else 2
         n = model.n_states
         self.groups = np.concatenate([np.zeros(n, dtype=np.int64), np.repeat(np.arange(1, n + 1), n)])
         self.n_groups = n + 1
@@ -62,6 +65,8 @@ class HiddenMarkovEM(EMFamily):
         from dpgm.stats.sequences import sequence_estep
 
         with iteration_span("dpgm-em", iteration):
+            if self.sequence is not None:
+                return long_estep(self.source, self.sequence, self.layout, models, rows)
             return sequence_estep(self.source, [restart_arrays(m) for m in models], forward_backward, rows=rows)
 
     def mstep(self, current: HiddenMarkovModel, statistics: dict) -> HiddenMarkovModel:
@@ -111,13 +116,52 @@ class HiddenMarkovEM(EMFamily):
         return row_blocks(self.source, list(self.model.variables), n_blocks)
 
 
-def _check_data(model: HiddenMarkovModel, source: DataSource) -> None:
+def long_log_emission(chunk: int, columns: dict[str, np.ndarray], plans: list[Any]) -> np.ndarray:
+    """The long layout's ``log p(x_t | z_t = s)`` per row and state (0 for a step with nothing observed)."""
+    from dpgm.stats.sequences import emission_factors
+
+    values = [plan.values(columns, chunk) for plan in plans]
+    factors, shift = emission_factors(plans, values, (1, len(values[0])))
+    with np.errstate(divide="ignore"):
+        return np.log(factors[0]) + shift[0][:, None]
+
+
+def long_accumulate(chunk: int, columns: dict[str, np.ndarray], gamma: np.ndarray, plans: list[Any]) -> list:
+    """The long layout's emission statistics of a chunk from its rows' state posteriors."""
+    out = []
+    for plan in plans:
+        stats = plan.zero()
+        plan.statistics(plan.values(columns, chunk), np.nan_to_num(gamma), stats)
+        out.append(stats)
+    return out
+
+
+def long_estep(source: DataSource, sequence: str, layout: Any, models: list[HiddenMarkovModel], rows=None
+               ) -> list[tuple[float, dict]]:
+    """One E step over the long layout (two passes: :func:`dpgm.stats.long_sequences.long_expected_stats`)."""
+    from dpgm.inference import FORWARD_BACKWARD
+    from dpgm.stats.long_sequences import long_expected_stats
+
+    variables = list(models[0].variables)
+    results = long_expected_stats(source, variables, sequence, [restart_arrays(m) for m in models],
+                                  long_log_emission, long_accumulate, segments=FORWARD_BACKWARD, layout=layout,
+                                  rows=rows)
+    return [(loglik, {"start": stats["start"], "transition": stats["transition"], "emissions": stats["emission"]})
+            for loglik, stats in results]
+
+
+def _check_data(model: HiddenMarkovModel, source: DataSource, sequence: str | None = None) -> None:
     data = source.data
     for family in model.emissions:
         for v in family.variables:
             if v not in getattr(data, "data_vars", ()):
                 raise DataError(f"the sequence variable {v!r} is not in the data; known: {sorted(source.schema)}",
                                 variable=v)
+            wanted = ("row",) if sequence is not None else ("row", "time")
+            if data[v].dims != wanted:
+                layout = (f"the long layout (sequence={sequence!r}: one row per step)" if sequence is not None
+                          else "sequences as rows (give sequence= for one row per step)")
+                raise DataError(f"must have dims {wanted!r} in {layout}, has {data[v].dims!r}", variable=v)
         if not isinstance(family, CategoricalEmission):
             check_continuous(family.variables, source.schema, f"{family.family} emission")
 
@@ -156,10 +200,11 @@ def _continuous_starts(model: HiddenMarkovModel, source: DataSource, models: lis
 
 def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
             random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False,
-            accelerate=None, incremental=False, prune_restarts=False, reg_covar: float = 0.0) -> FitResult:
+            accelerate=None, incremental=False, prune_restarts=False, reg_covar: float = 0.0,
+            sequence: str | None = None) -> FitResult:
     from dpgm.cluster import current_client
 
-    _check_data(model, source)
+    _check_data(model, source, sequence)
     continuous = any(not isinstance(f, CategoricalEmission) for f in model.emissions)
     if incremental and any(isinstance(f, GaussianEmission) for f in model.emissions):
         raise ConfigError("incremental EM adds statistics of blocks computed at different parameters: not for "
@@ -169,7 +214,12 @@ def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, call
     mine = model  # random starts are drawn in the model's own order of its labels
     model, order = align(model, source.data, states=source.states, variables=list(model.categorical_variables))
     source = maybe_persist(source.with_client(source.client or current_client()), list(model.variables), persist)
-    family = HiddenMarkovEM(model, source, reg_covar)
+    layout = None
+    if sequence is not None:
+        from dpgm.stats.long_sequences import sequence_layout
+
+        layout = sequence_layout(source, sequence)  # the ids checked once per fit
+    family = HiddenMarkovEM(model, source, reg_covar, sequence, layout)
     starts = initial_models(mine, n_init, random_state, init)
     if continuous and init != "model":
         starts = _continuous_starts(mine, source, starts, random_state, init, reg_covar)
@@ -177,7 +227,11 @@ def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, call
     state = run_em(family, starts, tol=tol, max_iter=max_iter, callback=callback, client=source.client,
                    checkpoint=checkpoint, resume=resume, accelerate=accelerate, incremental=incremental,
                    prune_restarts=prune_restarts)
-    return order.restore(em_result(state, "em", n_params=model.n_free_parameters(), n_rows=total_rows(source)))
+    result = order.restore(em_result(state, "em", n_params=model.n_free_parameters(), n_rows=total_rows(source)))
+    if sequence is not None:
+        result.model = result.model.with_sequence(sequence)
+        result.info["sequences"] = layout.n_sequences
+    return result
 
 
 def _normalize(counts: np.ndarray, previous: np.ndarray) -> np.ndarray:

@@ -354,7 +354,10 @@ def _declarations() -> list[Kind]:
         Kind("HiddenMarkovModel", HiddenMarkovModel,
              {"hmm": SpecForm(("model", "method", "n_states", "symbols", "variable", "emissions", "hidden"),
                               hmm_from_spec)},
-             {"em": Method(fit_hmm, em | {"reg_covar": Interval(float, 0.0)}, check_sizes=hidden_state_sizes,
+             {"em": Method(fit_hmm, em | {"reg_covar": Interval(float, 0.0),
+                                         "sequence": InstanceOf(str, type(None), description="the name of the "
+                                                                "sequence-id variable (the long layout), or None")},
+                           check_sizes=hidden_state_sizes,
                            **observed)}, "em",
              lambda m: ({"hidden": m.hidden, "variable": m.variable, "n_states": m.n_states} if m.is_categorical
                         else {"hidden": m.hidden, "n_states": m.n_states, "emissions": [f.spec() for f in m.emissions]}),

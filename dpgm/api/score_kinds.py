@@ -116,6 +116,9 @@ def sequence_scores(model: Any, data: xr.Dataset) -> RowScores:
     schema = _schema(data)
     if not model.is_fitted:
         raise TypeError("score needs a fitted HiddenMarkovModel (its continuous emissions have no parameters)")
+    if model.sequence is not None:
+        raise ValueError("per-sequence scores of the long layout (one row per step) are not offered: the fit's "
+                         "loglik is the data's total; dpgm.predict_proba gives every step's posteriors")
     for variable in model.variables:
         if variable not in data.data_vars:
             raise DataError(f"the sequence variable {variable!r} is not in the data; known: {sorted(schema)}",

@@ -38,6 +38,9 @@ class HiddenMarkovModel:
     emissions
         The emission families (:mod:`dpgm.models.emissions`): categorical, Gaussian,
         Poisson, each over its own variables, independent given the state.
+    sequence
+        The sequence-id variable of the long layout the model was fitted on (one row per
+        step, ``dpgm.fit(..., sequence=...)``); None for sequences stored as rows.
 
     Examples
     --------
@@ -50,7 +53,7 @@ class HiddenMarkovModel:
     """
 
     def __init__(self, start: xr.DataArray, transition: xr.DataArray, emission: xr.DataArray | None = None, *,
-                 emissions: Sequence[Emission] | None = None):
+                 emissions: Sequence[Emission] | None = None, sequence: str | None = None):
         if (emission is None) == (emissions is None):
             raise ValueError("give either emission (one categorical table) or emissions (the families)")
         if start.ndim != 1 or transition.ndim != 2:
@@ -79,6 +82,7 @@ class HiddenMarkovModel:
             raise ValueError(f"each observed variable belongs to one emission family; got {seen}")
         self.start = start.astype(float)
         self.transition = transition.astype(float)
+        self.sequence = sequence
         self.emissions = tuple(CategoricalEmission(f.table.astype(float)) if isinstance(f, CategoricalEmission)
                                else f for f in families)
 
@@ -145,7 +149,11 @@ class HiddenMarkovModel:
                         ) -> HiddenMarkovModel:
         """A copy with new start and transition probabilities and emission families."""
         return HiddenMarkovModel(self.start.copy(data=start), self.transition.copy(data=transition),
-                                 emissions=emissions)
+                                 emissions=emissions, sequence=self.sequence)
+
+    def with_sequence(self, sequence: str | None) -> HiddenMarkovModel:
+        """The same model, read from the long layout with ``sequence`` the sequence-id variable (None: as rows)."""
+        return HiddenMarkovModel(self.start, self.transition, emissions=self.emissions, sequence=sequence)
 
     def with_state_order(self, states: Mapping[str, Sequence[str]]) -> HiddenMarkovModel:
         """The same model with the labels of the hidden states and/or a categorical variable's symbols in the
@@ -168,7 +176,8 @@ class HiddenMarkovModel:
         if self.hidden in wanted:
             wanted[self.hidden + "_next"] = wanted[self.hidden]
         return HiddenMarkovModel(reorder_table(self.start, wanted), reorder_table(self.transition, wanted),
-                                 emissions=[f.with_state_order(wanted) for f in self.emissions])
+                                 emissions=[f.with_state_order(wanted) for f in self.emissions],
+                                 sequence=self.sequence)
 
     def randomized(self, rng: np.random.Generator) -> HiddenMarkovModel:
         """Start, transition and categorical emission probabilities drawn from flat Dirichlet distributions (a
@@ -198,26 +207,27 @@ class HiddenMarkovModel:
 
     def _to_store(self) -> dict[str, Any]:
         tables = {"start": self.start, "transition": self.transition}
+        layout = {"sequence": self.sequence} if self.sequence is not None else {}
         if self.is_categorical:
-            return tables | {"emission": self.emission}
+            return tables | {"emission": self.emission} | ({"__attrs__": layout} if layout else {})
         for i, family in enumerate(self.emissions):
             for name, table in family.tables().items():
                 # families' dims of the same name (``variable``) may differ in length: one store holds them all
                 tables[f"emission{i}:{name}"] = table.rename({d: d.replace("variable", f"variable@{i}")
                                                               for d in ("variable", "variable_") if d in table.dims})
-        return tables | {"__attrs__": {"emissions": [f.spec() for f in self.emissions]}}
+        return tables | {"__attrs__": {"emissions": [f.spec() for f in self.emissions], **layout}}
 
     @classmethod
     def _from_store(cls, tables: dict[str, Any], attrs: dict[str, Any]) -> HiddenMarkovModel:
         if "emissions" not in attrs:
-            return cls(tables["start"], tables["transition"], tables["emission"])
+            return cls(tables["start"], tables["transition"], tables["emission"], sequence=attrs.get("sequence"))
         hidden, n = str(tables["start"].dims[0]), int(tables["start"].size)
         families = [emission_from_store(spec, {k.split(":", 1)[1]: t.rename({d: d.replace(f"@{i}", "") for d in t.dims
                                                                              if f"@{i}" in str(d)})
                                                for k, t in tables.items() if k.startswith(f"emission{i}:")},
                                         hidden, n)
                     for i, spec in enumerate(attrs["emissions"])]
-        return cls(tables["start"], tables["transition"], emissions=families)
+        return cls(tables["start"], tables["transition"], emissions=families, sequence=attrs.get("sequence"))
 
     def n_free_parameters(self) -> int:
         """Start (``n - 1``), transition (``n (n - 1)``) and every emission family's free parameters."""

@@ -135,7 +135,8 @@ def sequence_estep(source: DataSource, restarts: Sequence[tuple[np.ndarray, np.n
 
 def _sample_kernel(index: int, columns: dict[str, np.ndarray], shared: Any, variables: tuple[str, ...],
                    size: int, seed: int) -> RowSample:
-    _shape(index, columns, variables)
+    if np.ndim(columns[variables[0]]) == 2:  # sequences as rows (the long layout's columns are 1-D)
+        _shape(index, columns, variables)
     values = np.stack([np.asarray(columns[v], dtype=np.float64).reshape(-1) for v in variables], axis=1)
     usable = ~np.isnan(values).any(axis=1)
     weights = columns.get(WEIGHT)
