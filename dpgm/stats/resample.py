@@ -315,7 +315,7 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     target[x] += sums[x]
 
 
-def replicate_count_chunk(codes: list[np.ndarray], positions: np.ndarray, plan: Any, replicates: int,
+def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
                           random_state: int, base: np.ndarray | None = None, chunk: int = 0) -> dict[str, np.ndarray]:
     """Every replicate's flat extended tables of one chunk (:mod:`dpgm.stats.kernels`' layout), in one kernel.
 
