@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,6 +107,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _T = _THRESHOLDS
 # rows of one pattern whose whole weights add up in uint16 lanes: at most 8 each
 _FLUSH = (2**16 - 1) // len(_THRESHOLDS)
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 @numba.njit(nogil=True, cache=True)
@@ -123,11 +125,19 @@ def _draw(m):
 
 
 @numba.njit(nogil=True, cache=True)
-def _uniforms(seed, first, outputs, uniforms):
-    """``uniforms[4 i + j]`` <- bits ``16 j .. 16 j + 15`` of output ``first + i + 1`` of the generator ``seed``."""
+def _outputs(seed, first, count, words):
+    """``words[i]`` <- output ``first + i + 1`` of the generator ``seed``, for ``i < count``."""
     golden = np.uint64(_GOLDEN)
-    for i in range(outputs):
-        z = _mix(seed + np.uint64(first + i + 1) * golden)
+    for i in range(count):
+        words[i] = _mix(seed + np.uint64(first + i + 1) * golden)
+
+
+@numba.njit(nogil=True, cache=True)
+def _quarters(words, count, uniforms):
+    """``uniforms[4 i + j]`` <- bits ``16 j .. 16 j + 15`` of ``words[i]`` (what a little-endian uint16 view of
+    ``words`` reads in place)."""
+    for i in range(count):
+        z = words[i]
         uniforms[4 * i] = np.uint16(z & np.uint64(0xFFFF))
         uniforms[4 * i + 1] = np.uint16((z >> np.uint64(16)) & np.uint64(0xFFFF))
         uniforms[4 * i + 2] = np.uint16((z >> np.uint64(32)) & np.uint64(0xFFFF))
@@ -275,26 +285,33 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
     ``out`` is (replicate blocks, cells, lanes), ``rows`` (replicate blocks, lanes): lane ``x`` of
-    block ``b`` is replicate ``b * lanes + x``, the draw of uniform ``x`` of :func:`_uniforms` from
-    output ``b * lanes / 4``. Whole weights add up in uint16 lanes, :data:`_FLUSH` rows at a time.
+    block ``b`` is replicate ``b * lanes + x``, the draw of the 16 bits at bit ``16 * (x % 4)`` of
+    the generator's output ``b * lanes / 4 + x // 4 + 1``. Whole weights add up in uint16 lanes,
+    :data:`_FLUSH` rows at a time.
     """
     blocks, _, lanes = out.shape
     n_tables, n_patterns = cells.shape
     outputs = lanes // 4
-    uniforms = np.empty(lanes, dtype=np.uint16)
+    words = np.empty(outputs, dtype=np.uint64)
+    if _LITTLE_ENDIAN:
+        uniforms = words.view(np.uint16)  # the outputs' 16-bit quarters, read in place
+    else:
+        uniforms = np.empty(lanes, dtype=np.uint16)
     small = np.zeros(lanes, dtype=np.uint16)
     sums = np.zeros(lanes, dtype=out.dtype)
     for block in range(blocks):
         first = block * outputs
-        words = min(outputs, (replicates + 3) // 4 - first)
-        width = 4 * words
+        count = min(outputs, (replicates + 3) // 4 - first)
+        width = 4 * count
         table = out[block]
         total = rows[block]
         for p in range(n_patterns):
             sums[:width] = 0
             if weighted:
                 for r in range(starts[p], starts[p + 1]):
-                    _uniforms(seeds[r], first, words, uniforms)
+                    _outputs(seeds[r], first, count, words)
+                    if not _LITTLE_ENDIAN:
+                        _quarters(words, count, uniforms)
                     scale = weights[r]
                     for x in range(width):
                         sums[x] += _draw(uniforms[x]) * scale
@@ -302,7 +319,9 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                 for begin in range(starts[p], starts[p + 1], _FLUSH):
                     small[:width] = 0
                     for r in range(begin, min(begin + _FLUSH, starts[p + 1])):
-                        _uniforms(seeds[r], first, words, uniforms)
+                        _outputs(seeds[r], first, count, words)
+                        if not _LITTLE_ENDIAN:
+                            _quarters(words, count, uniforms)
                         for x in range(width):
                             small[x] += np.uint16(_draw(uniforms[x]))
                     for x in range(width):
