@@ -137,3 +137,15 @@ def test_poisson_weights_are_the_distribution_function_rounded_to_multiples_of_t
     cumulative = np.cumsum(np.bincount(draws, minlength=9))
     np.testing.assert_array_equal(cumulative, np.round(scipy.stats.poisson.cdf(np.arange(9), 1.0) * 2**16))
     assert draws.max() == 8 and draws.sum() == 2**16  # mean exactly 1
+
+
+def test_the_quarters_of_an_output_are_its_16_bit_fields_from_the_lowest():
+    """The explicit split (big-endian machines) equals NumPy's shifts, and so the little-endian in-place view."""
+    from dpgm.stats.resample import _quarters
+
+    words = np.random.default_rng(5).integers(0, 2**63, 7, dtype=np.int64).astype(np.uint64) * np.uint64(3)
+    uniforms = np.zeros(28, dtype=np.uint16)
+    _quarters(words, 7, uniforms)
+    expected = [(int(w) >> (16 * j)) & 0xFFFF for w in words for j in range(4)]
+    np.testing.assert_array_equal(uniforms, expected)
+    np.testing.assert_array_equal(words.astype("<u8").view("<u2"), expected)
