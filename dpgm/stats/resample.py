@@ -171,16 +171,17 @@ def _slot_table(hashes, capacity):
 
 
 @numba.njit(nogil=True, cache=True)
-def _patterns(codes, cardinalities, word_of, n_words):
+def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_starts, table_offsets):
     """Each row's pattern: its extended codes, as ``n_words`` mixed-radix words, found in a hash table.
 
-    Returns the pattern of each row, the first row of each pattern and each pattern's number of rows;
-    patterns are numbered in the order of their first row.
+    Returns the pattern of each row, each pattern's number of rows and its flat cell in every table
+    (patterns x tables); patterns are numbered in the order of their first row.
     """
     n_variables, n = codes.shape
+    n_tables = scope_starts.shape[0] - 1
     pattern = np.empty(n, dtype=np.int64)
-    first = np.empty(n, dtype=np.int64)
     size = np.zeros(n, dtype=np.int64)
+    cells = np.empty((n, n_tables), dtype=np.int64)
     pattern_keys = np.empty((n, n_words), dtype=np.uint64)
     pattern_hashes = np.empty(n, dtype=np.uint64)
     capacity = 4096
@@ -189,6 +190,7 @@ def _patterns(codes, cardinalities, word_of, n_words):
     high = np.uint64(0xFFFFFFFF00000000)
     keys = np.empty((max(n_words, 1), ROW_BLOCK), dtype=np.uint64)
     hashes = np.empty(ROW_BLOCK, dtype=np.uint64)
+    block_cells = np.empty((n_tables, ROW_BLOCK), dtype=np.int64)
     found = 0
     for start in range(0, n, ROW_BLOCK):
         stop = min(n, start + ROW_BLOCK)
@@ -207,19 +209,32 @@ def _patterns(codes, cardinalities, word_of, n_words):
             key = keys[k]
             for r in range(m):
                 hashes[r] = _mix(hashes[r] ^ key[r])
+        for t in range(n_tables):  # every row's cells, Horner column by column: vectorised
+            cell = block_cells[t]
+            cell[:m] = table_offsets[t]
+            weight = 1
+            for q in range(scope_starts[t + 1] - 1, scope_starts[t] - 1, -1):
+                j = scope_columns[q]
+                cardinality = cardinalities[j]
+                column = codes[j, start:stop]
+                for r in range(m):
+                    c = column[r]
+                    cell[r] += weight * (cardinality if c < 0 else c)
+                weight *= cardinality + 1
         for r in range(m):
             h = hashes[r]
             slot = h & mask
             while True:
                 entry = slots[slot]
-                if entry == 0:
+                if entry == 0:  # a new pattern: its key, and its cells from the row's codes
                     p = found
                     found += 1
                     pattern_keys[p] = keys[:n_words, r]
                     pattern_hashes[p] = h
-                    first[p] = start + r
+                    for t in range(n_tables):
+                        cells[p, t] = block_cells[t, r]
                     if 2 * found > capacity:  # at most half full: grow
-                        capacity *= 4
+                        capacity *= 2
                         mask = np.uint64(capacity - 1)
                         slots = _slot_table(pattern_hashes[:found], capacity)
                     else:
@@ -235,7 +250,7 @@ def _patterns(codes, cardinalities, word_of, n_words):
                 slot = (slot + np.uint64(1)) & mask
             pattern[start + r] = p
             size[p] += 1
-    return pattern, first[:found], size[:found]
+    return pattern, size[:found], cells[:found]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -261,26 +276,6 @@ def _group_rows(pattern, size, positions, random_state, base, weighted):
 
 
 @numba.njit(nogil=True, cache=True)
-def _pattern_cells(codes, cardinalities, scope_columns, scope_starts, table_offsets):
-    """The flat cell (tables x patterns) of every table of each pattern (``codes``: variables x patterns)."""
-    n_tables = scope_starts.shape[0] - 1
-    n = codes.shape[1]
-    cells = np.zeros((n_tables, n), dtype=np.int64)
-    for t in range(n_tables):
-        cell = cells[t]
-        for p in range(scope_starts[t], scope_starts[t + 1]):  # Horner, column by column: vectorised
-            j = scope_columns[p]
-            cardinality = cardinalities[j]
-            column = codes[j]
-            for r in range(n):
-                c = column[r]
-                cell[r] = cell[r] * (cardinality + 1) + (cardinality if c < 0 else c)
-        for r in range(n):
-            cell[r] += table_offsets[t]
-    return cells
-
-
-@numba.njit(nogil=True, cache=True)
 def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows):
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
@@ -290,7 +285,7 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
     :data:`_FLUSH` rows at a time.
     """
     blocks, _, lanes = out.shape
-    n_tables, n_patterns = cells.shape
+    n_patterns, n_tables = cells.shape
     outputs = lanes // 4
     words = np.empty(outputs, dtype=np.uint64)
     if _LITTLE_ENDIAN:
@@ -329,7 +324,7 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
             for x in range(width):
                 total[x] += sums[x]
             for t in range(n_tables):
-                target = table[cells[t, p]]
+                target = table[cells[p, t]]
                 for x in range(width):
                     target[x] += sums[x]
 
@@ -350,14 +345,14 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     n = len(positions)
     matrix = _stack(codes) if len(codes) else np.zeros((0, n), dtype=np.int8)
     cardinalities = np.asarray(plan.cardinalities, dtype=np.int64)
-    pattern, first, size = _patterns(matrix, cardinalities, *_key_words(plan.cardinalities))
-    weighted = base is not None
-    starts, seeds, weights = _group_rows(pattern, size, np.asarray(positions, dtype=np.int64), random_state,
-                                         np.asarray(base if weighted else np.zeros(0), dtype=np.float64), weighted)
     columns = np.array([j for scope in plan.scopes for j in scope], dtype=np.int64)
     scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
     offsets = plan.offsets
-    cells = _pattern_cells(np.take(matrix, first, axis=1), cardinalities, columns, scope_starts, offsets)
+    pattern, size, cells = _patterns(matrix, cardinalities, *_key_words(plan.cardinalities), columns, scope_starts,
+                                     offsets)
+    weighted = base is not None
+    starts, seeds, weights = _group_rows(pattern, size, np.asarray(positions, dtype=np.int64), random_state,
+                                         np.asarray(base if weighted else np.zeros(0), dtype=np.float64), weighted)
     # whole Poisson weights add up exactly in int32 while a chunk's total stays below 2**31 (at most 8 per row);
     # frequency weights need float64
     dtype = np.int32 if not weighted and n * len(_THRESHOLDS) < 2**31 else np.float64
