@@ -104,7 +104,9 @@ def replicate_weights(n_rows: int, chunks: Sequence[int] | None, replicate: int,
 WORDS = 64
 ROW_BLOCK = 2048
 _GOLDEN = 0x9E3779B97F4A7C15
-_T = _THRESHOLDS
+_T = _THRESHOLDS  # eight (the weights 0 .. 8), which _draw compares with one by one
+if len(_T) != 8:
+    raise RuntimeError(f"expected 8 thresholds of the 16-bit draw, got {len(_T)}")
 # rows of one pattern whose whole weights add up in uint16 lanes: at most 8 each
 _FLUSH = (2**16 - 1) // len(_THRESHOLDS)
 _LITTLE_ENDIAN = sys.byteorder == "little"
