@@ -322,7 +322,11 @@ def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, re
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
         _check_weights(weights, index)
-    codes = [np.asarray(columns[v]) for v in plan.variables]
+    matrix = getattr(columns, "matrix", None)
+    if matrix is not None and columns.matrix_variables[: len(plan.variables)] == plan.variables:
+        codes = matrix[: len(plan.variables)]  # decoded in place: no copy
+    else:
+        codes = [np.asarray(columns[v]) for v in plan.variables]
     if starts is None:
         positions = np.asarray(columns["_position"])
     else:

@@ -8,18 +8,22 @@ the draws depend only on the row's position, ``b`` and ``random_state``, so a wo
 computes its chunk's weights from the chunk's first row, whatever the chunking and
 the number of workers.
 
-The draw is the inverse Poisson(1) distribution function of a uniform ``u``: the
-number of values of ``F(k) = P(X <= k)`` at most ``u``. The uniform is the top 53 bits
-of the ``b + 1``-th output of SplitMix64 (Steele, Lea & Flood, OOPSLA 2014) seeded
-with the row's own hash ``mix(position + (random_state + 1) * 0x9E3779B97F4A7C15)``:
-``mix(seed + (b + 1) * 0x9E3779B97F4A7C15)``.
+Each row has its own SplitMix64 generator (Steele, Lea & Flood, OOPSLA 2014), seeded
+with the row's hash ``mix(position + (random_state + 1) * 0x9E3779B97F4A7C15)``
+(:func:`dpgm.stats.folds.row_seeds`); its ``q + 1``-th output, ``mix(seed + (q + 1) *
+0x9E3779B97F4A7C15)``, gives four replicates ``4q .. 4q + 3``: replicate ``b`` takes the
+16 bits ``m`` at bit ``16 * (b mod 4)`` of output ``b // 4 + 1``. The draw is the inverse
+Poisson(1) distribution function at the midpoint uniform ``u = (m + 1/2) / 2**16``: the
+number of values of ``F(k) = P(X <= k)`` at most ``u``. So ``P(w <= k)`` is ``F(k)``
+rounded to the nearest multiple of ``2**-16``: the weights take the values 0 to 8, their
+mean is exactly 1 and their variance ``1 - 2**-15`` (Poisson(1): ``P(X > 8) = 1.1e-6``).
 
 Examples
 --------
 >>> import numpy as np
 >>> from dpgm.stats.resample import poisson_weights
 >>> poisson_weights(np.arange(8), replicate=0, random_state=0).tolist()
-[1, 1, 1, 2, 1, 3, 1, 1]
+[1, 1, 1, 1, 3, 0, 0, 2]
 >>> np.array_equal(poisson_weights(np.arange(4, 8), 0, 0), poisson_weights(np.arange(8), 0, 0)[4:])
 True
 """
@@ -27,20 +31,25 @@ True
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numba
 import numpy as np
 
-__all__ = ["POISSON_CDF", "check_replicates", "poisson_weights", "replicate_count_chunk", "replicate_weights"]
+__all__ = ["POISSON_CDF", "UNIFORM_BITS", "check_replicates", "poisson_weights", "replicate_count_chunk",
+           "replicate_weights"]
 
 from dpgm.stats.folds import GOLDEN, check_seed, row_seeds, splitmix
 
-# P(X <= k) of Poisson(1) for k = 0 .. 20; P(X > 20) < 2**-53, below the uniform's resolution
+# P(X <= k) of Poisson(1) for k = 0 .. 20
 POISSON_CDF = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(21)])
-# the same comparisons on the uniform's 53-bit integer m (u = m / 2**53): F(k) <= u  <=>  ceil(F(k) 2**53) <= m
-_THRESHOLDS = np.ceil(POISSON_CDF * 2.0**53).astype(np.int64)
+# bits of a uniform; four of them in each 64-bit output of a row's generator
+UNIFORM_BITS = 16
+# the same comparisons on the uniform's integer m: F(k) <= (m + 1/2) / 2**16  <=>  m >= round(F(k) 2**16); the
+# thresholds below 2**16 (k = 0 .. 7): a weight is the number of them at most m
+_THRESHOLDS = tuple(int(t) for t in np.ceil(POISSON_CDF * 2.0**UNIFORM_BITS - 0.5) if t < 2**UNIFORM_BITS)
 
 
 def check_replicates(replicates: Any, random_state: Any) -> tuple[int, int]:
@@ -56,9 +65,11 @@ def check_replicates(replicates: Any, random_state: Any) -> tuple[int, int]:
 
 def poisson_weights(positions: np.ndarray, replicate: int, random_state: int = 0) -> np.ndarray:
     """Replicate ``replicate``'s Poisson(1) weight (``uint8``) of the rows at ``positions``."""
+    word, quarter = divmod(replicate, 4)
     with np.errstate(over="ignore"):
-        z = splitmix(row_seeds(positions, random_state) + np.uint64(replicate + 1) * GOLDEN)
-    uniform = (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+        z = splitmix(row_seeds(positions, random_state) + np.uint64(word + 1) * GOLDEN)
+    m = (z >> np.uint64(UNIFORM_BITS * quarter)) & np.uint64(2**UNIFORM_BITS - 1)
+    uniform = (m.astype(np.float64) + 0.5) * 2.0**-UNIFORM_BITS
     return np.searchsorted(POISSON_CDF, uniform, side="right").astype(np.uint8)
 
 
@@ -79,7 +90,26 @@ def replicate_weights(n_rows: int, chunks: Sequence[int] | None, replicate: int,
                          name=f"poisson-weight-{replicate}-{random_state}-{n_rows}-{hash(tuple(chunks)) & 0xFFFFFFFF:x}")
 
 
+
+
 # ---------------------------------------------------------------- every replicate's counts in one kernel
+#
+# Rows of a chunk with the same codes (a pattern) fall in the same cell of every table: each replicate's
+# weights of a pattern's rows are summed first (rows x replicates adds, next to the draws themselves), then
+# added to the pattern's cell of every table (patterns x tables x replicates adds). The weights stay each
+# row's own: replicate b's tables are those of the rows weighted by their draws.
+
+# generator outputs per block of replicates (256 replicates): a row's draws of a block come from one loop,
+# long enough to vectorise well; the block's tables are cells x 256 int32
+WORDS = 64
+ROW_BLOCK = 2048
+_GOLDEN = 0x9E3779B97F4A7C15
+_T = _THRESHOLDS  # eight (the weights 0 .. 8), which _draw compares with one by one
+if len(_T) != 8:
+    raise RuntimeError(f"expected 8 thresholds of the 16-bit draw, got {len(_T)}")
+# rows of one pattern whose whole weights add up in uint16 lanes: at most 8 each
+_FLUSH = (2**16 - 1) // len(_THRESHOLDS)
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 @numba.njit(nogil=True, cache=True)
@@ -89,98 +119,250 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-# replicates per block: a block's slice of a table cell is one 64-byte cache line of int32 counts
-LANES = 16
-ROW_BLOCK = 2048
+@numba.njit(nogil=True, cache=True)
+def _draw(m):
+    """The weight of the uniform ``m``: how many thresholds are at most ``m`` (comparisons, vectorised)."""
+    return ((m >= _T[0]) + np.int32(m >= _T[1]) + np.int32(m >= _T[2]) + np.int32(m >= _T[3]) + np.int32(m >= _T[4])
+            + np.int32(m >= _T[5]) + np.int32(m >= _T[6]) + np.int32(m >= _T[7]))
 
 
 @numba.njit(nogil=True, cache=True)
-def _replicate_count_rows(codes, cardinalities, scope_columns, scope_starts, table_offsets, positions, random_state,
-                          base, weighted, cdf, out, rows):
-    """Add every row's Poisson weights, replicate by replicate, to its cell of every table.
+def _outputs(seed, first, count, words):
+    """``words[i]`` <- output ``first + i + 1`` of the generator ``seed``, for ``i < count``."""
+    golden = np.uint64(_GOLDEN)
+    for i in range(count):
+        words[i] = _mix(seed + np.uint64(first + i + 1) * golden)
 
-    ``out`` is (replicate blocks, cells, :data:`LANES`). Rows go by blocks of :data:`ROW_BLOCK`:
-    each row's cell in every table is computed once per block, then for each block of
-    :data:`LANES` replicates each row's weights are hashed and added to one cache line per
-    table, so a replicate block's tables stay in cache while the row block streams through.
-    ``rows`` (replicates,) receives the weights' totals.
+
+@numba.njit(nogil=True, cache=True)
+def _quarters(words, count, uniforms):
+    """``uniforms[4 i + j]`` <- bits ``16 j .. 16 j + 15`` of ``words[i]`` (what a little-endian uint16 view of
+    ``words`` reads in place)."""
+    for i in range(count):
+        z = words[i]
+        uniforms[4 * i] = np.uint16(z & np.uint64(0xFFFF))
+        uniforms[4 * i + 1] = np.uint16((z >> np.uint64(16)) & np.uint64(0xFFFF))
+        uniforms[4 * i + 2] = np.uint16((z >> np.uint64(32)) & np.uint64(0xFFFF))
+        uniforms[4 * i + 3] = np.uint16(z >> np.uint64(48))
+
+
+def _key_words(cardinalities: Sequence[int]) -> tuple[np.ndarray, int]:
+    """Which 64-bit word of a row's pattern key holds each variable (mixed radix ``cardinality + 1``), and how
+    many words: each word's radices multiply to at most 2**64."""
+    word_of, words, product = [], 0, 1
+    for cardinality in cardinalities:
+        if product * (cardinality + 1) > 2**64:
+            words, product = words + 1, 1
+        product *= cardinality + 1
+        word_of.append(words)
+    return np.asarray(word_of, dtype=np.int64), words + 1 if word_of else 0
+
+
+@numba.njit(nogil=True, cache=True)
+def _slot_table(hashes, capacity):
+    """An open-addressing table of ``capacity`` slots holding patterns ``0 .. len(hashes) - 1`` by their hashes:
+    a slot holds the hash's top 32 bits and the pattern + 1 (0: empty)."""
+    mask = np.uint64(capacity - 1)
+    slots = np.zeros(capacity, dtype=np.uint64)
+    for p in range(hashes.shape[0]):
+        slot = hashes[p] & mask
+        while slots[slot] != 0:
+            slot = (slot + np.uint64(1)) & mask
+        slots[slot] = (hashes[p] >> np.uint64(32) << np.uint64(32)) | np.uint64(p + 1)
+    return slots
+
+
+@numba.njit(nogil=True, cache=True)
+def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_starts, table_offsets):
+    """Each row's pattern: its extended codes, as ``n_words`` mixed-radix words, found in a hash table.
+
+    Returns the pattern of each row, each pattern's number of rows and its flat cell in every table
+    (patterns x tables); patterns are numbered in the order of their first row.
     """
-    blocks, _, lanes = out.shape
-    replicates = rows.shape[0]
+    n_variables, n = codes.shape
     n_tables = scope_starts.shape[0] - 1
-    n = codes.shape[1]
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    salt = np.uint64(random_state + 1) * golden
-    steps = np.empty(replicates, dtype=np.uint64)
-    for b in range(replicates):
-        steps[b] = np.uint64(b + 1) * golden
-    cells = np.empty((ROW_BLOCK, max(n_tables, 1)), dtype=np.int64)
-    seeds = np.empty(ROW_BLOCK, dtype=np.uint64)
-    weights = np.zeros(lanes, dtype=out.dtype)
+    pattern = np.empty(n, dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    cells = np.empty((n, n_tables), dtype=np.int64)
+    pattern_keys = np.empty((n, n_words), dtype=np.uint64)
+    pattern_hashes = np.empty(n, dtype=np.uint64)
+    capacity = 4096
+    slots = np.zeros(capacity, dtype=np.uint64)
+    mask = np.uint64(capacity - 1)
+    high = np.uint64(0xFFFFFFFF00000000)
+    keys = np.empty((max(n_words, 1), ROW_BLOCK), dtype=np.uint64)
+    hashes = np.empty(ROW_BLOCK, dtype=np.uint64)
+    block_cells = np.empty((n_tables, ROW_BLOCK), dtype=np.int64)
+    found = 0
     for start in range(0, n, ROW_BLOCK):
         stop = min(n, start + ROW_BLOCK)
-        for r in range(start, stop):
-            seeds[r - start] = _mix(np.uint64(positions[r]) + salt)
-            for t in range(n_tables):
-                cell = 0
-                for p in range(scope_starts[t], scope_starts[t + 1]):
-                    j = scope_columns[p]
-                    c = codes[j, r]
-                    cell = cell * (cardinalities[j] + 1) + (cardinalities[j] if c < 0 else c)
-                cells[r - start, t] = table_offsets[t] + cell
-        for block in range(blocks):
-            first = block * lanes
-            width = min(lanes, replicates - first)
-            weights[width:] = 0  # the last block's unused lanes
-            table = out[block]
-            for r in range(start, stop):
-                scale = base[r] if weighted else 1.0
-                seed = seeds[r - start]
-                for b in range(width):
-                    m = np.int64(_mix(seed + steps[first + b]) >> np.uint64(11))
-                    # branch-free for the first six values (P(X > 5) = 6e-4), then a loop
-                    k = ((m >= cdf[0]) + (m >= cdf[1]) + (m >= cdf[2]) + (m >= cdf[3]) + (m >= cdf[4])
-                         + (m >= cdf[5]))
-                    if k == 6:
-                        while k < cdf.shape[0] and cdf[k] <= m:
-                            k += 1
-                    if weighted:
-                        weights[b] = k * scale
+        m = stop - start
+        keys[:, :m] = 0
+        for j in range(n_variables):  # column by column: vectorised
+            cardinality = cardinalities[j]
+            radix = np.uint64(cardinality + 1)
+            key = keys[word_of[j]]
+            column = codes[j, start:stop]
+            for r in range(m):
+                c = column[r]
+                key[r] = key[r] * radix + np.uint64(cardinality if c < 0 else c)
+        hashes[:m] = np.uint64(_GOLDEN)
+        for k in range(n_words):
+            key = keys[k]
+            for r in range(m):
+                hashes[r] = _mix(hashes[r] ^ key[r])
+        for t in range(n_tables):  # every row's cells, Horner column by column: vectorised
+            cell = block_cells[t]
+            cell[:m] = table_offsets[t]
+            weight = 1
+            for q in range(scope_starts[t + 1] - 1, scope_starts[t] - 1, -1):
+                j = scope_columns[q]
+                cardinality = cardinalities[j]
+                column = codes[j, start:stop]
+                for r in range(m):
+                    c = column[r]
+                    cell[r] += weight * (cardinality if c < 0 else c)
+                weight *= cardinality + 1
+        for r in range(m):
+            h = hashes[r]
+            slot = h & mask
+            while True:
+                entry = slots[slot]
+                if entry == 0:  # a new pattern: its key, and its cells from the row's codes
+                    p = found
+                    found += 1
+                    pattern_keys[p] = keys[:n_words, r]
+                    pattern_hashes[p] = h
+                    for t in range(n_tables):
+                        cells[p, t] = block_cells[t, r]
+                    if 2 * found > capacity:  # at most half full: grow
+                        capacity *= 2
+                        mask = np.uint64(capacity - 1)
+                        slots = _slot_table(pattern_hashes[:found], capacity)
                     else:
-                        weights[b] = k
-                for b in range(width):
-                    rows[first + b] += weights[b]
-                for t in range(n_tables):
-                    target = table[cells[r - start, t]]
-                    for b in range(lanes):
-                        target[b] += weights[b]
+                        slots[slot] = (h & high) | np.uint64(p + 1)
+                    break
+                if (entry & high) == (h & high):
+                    p = np.int64(entry & ~high) - 1
+                    same = True
+                    for k in range(n_words):
+                        same &= pattern_keys[p, k] == keys[k, r]
+                    if same:
+                        break
+                slot = (slot + np.uint64(1)) & mask
+            pattern[start + r] = p
+            size[p] += 1
+    return pattern, size[:found], cells[:found]
 
 
-def replicate_count_chunk(codes: list[np.ndarray], positions: np.ndarray, plan: Any, replicates: int,
+@numba.njit(nogil=True, cache=True)
+def _group_rows(pattern, size, positions, random_state, base, weighted):
+    """The rows ordered by pattern: where each pattern's rows start (patterns + 1), their generators' seeds
+    (:func:`dpgm.stats.folds.row_seeds`) and their frequency weights (``weighted``)."""
+    n = pattern.shape[0]
+    starts = np.zeros(size.shape[0] + 1, dtype=np.int64)
+    for p in range(size.shape[0]):
+        starts[p + 1] = starts[p] + size[p]
+    fill = starts[:-1].copy()
+    salt = np.uint64(random_state + 1) * np.uint64(_GOLDEN)
+    seeds = np.empty(n, dtype=np.uint64)
+    weights = np.empty(n if weighted else 0, dtype=np.float64)
+    for r in range(n):
+        p = pattern[r]
+        at = fill[p]
+        fill[p] += 1
+        seeds[at] = _mix(np.uint64(positions[r]) + salt)
+        if weighted:
+            weights[at] = base[r]
+    return starts, seeds, weights
+
+
+@numba.njit(nogil=True, cache=True)
+def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows):
+    """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
+
+    ``out`` is (replicate blocks, cells, lanes), ``rows`` (replicate blocks, lanes): lane ``x`` of
+    block ``b`` is replicate ``b * lanes + x``, the draw of the 16 bits at bit ``16 * (x % 4)`` of
+    the generator's output ``b * lanes / 4 + x // 4 + 1``. Whole weights add up in uint16 lanes,
+    :data:`_FLUSH` rows at a time.
+    """
+    blocks, _, lanes = out.shape
+    n_patterns, n_tables = cells.shape
+    outputs = lanes // 4
+    words = np.empty(outputs, dtype=np.uint64)
+    if _LITTLE_ENDIAN:
+        uniforms = words.view(np.uint16)  # the outputs' 16-bit quarters, read in place
+    else:
+        uniforms = np.empty(lanes, dtype=np.uint16)
+    small = np.zeros(lanes, dtype=np.uint16)
+    sums = np.zeros(lanes, dtype=out.dtype)
+    for block in range(blocks):
+        first = block * outputs
+        count = min(outputs, (replicates + 3) // 4 - first)
+        width = 4 * count
+        table = out[block]
+        total = rows[block]
+        for p in range(n_patterns):
+            sums[:width] = 0
+            if weighted:
+                for r in range(starts[p], starts[p + 1]):
+                    _outputs(seeds[r], first, count, words)
+                    if not _LITTLE_ENDIAN:
+                        _quarters(words, count, uniforms)
+                    scale = weights[r]
+                    for x in range(width):
+                        sums[x] += _draw(uniforms[x]) * scale
+            else:
+                for begin in range(starts[p], starts[p + 1], _FLUSH):
+                    small[:width] = 0
+                    for r in range(begin, min(begin + _FLUSH, starts[p + 1])):
+                        _outputs(seeds[r], first, count, words)
+                        if not _LITTLE_ENDIAN:
+                            _quarters(words, count, uniforms)
+                        for x in range(width):
+                            small[x] += np.uint16(_draw(uniforms[x]))
+                    for x in range(width):
+                        sums[x] += small[x]
+            for x in range(width):
+                total[x] += sums[x]
+            for t in range(n_tables):
+                target = table[cells[p, t]]
+                for x in range(width):
+                    target[x] += sums[x]
+
+
+def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
                           random_state: int, base: np.ndarray | None = None, chunk: int = 0) -> dict[str, np.ndarray]:
     """Every replicate's flat extended tables of one chunk (:mod:`dpgm.stats.kernels`' layout), in one kernel.
 
     Returns ``{"tables": (cells, replicates), "rows": (replicates,)}``: replicate ``b``'s
     column equals :func:`dpgm.stats.kernels.count_chunk` of the chunk weighted by
-    ``poisson_weights(positions, b, random_state) * base``.
+    ``poisson_weights(positions, b, random_state) * base``. The chunk's rows are grouped by
+    their codes (:func:`_patterns`), and each group's weights summed before they are
+    added to the tables (:func:`_replicate_count_patterns`).
     """
     from dpgm.stats.kernels import _check_codes, _stack
 
     _check_codes(codes, plan, chunk)
-    matrix = _stack(codes) if len(codes) else np.zeros((0, len(positions)), dtype=np.int8)
-    offsets = plan.offsets
+    n = len(positions)
+    matrix = _stack(codes) if len(codes) else np.zeros((0, n), dtype=np.int8)
+    cardinalities = np.asarray(plan.cardinalities, dtype=np.int64)
     columns = np.array([j for scope in plan.scopes for j in scope], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
+    scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
+    offsets = plan.offsets
+    pattern, size, cells = _patterns(matrix, cardinalities, *_key_words(plan.cardinalities), columns, scope_starts,
+                                     offsets)
     weighted = base is not None
-    # whole Poisson weights add up exactly in int32 (8 per vector instruction) while a chunk's total stays below
-    # 2**31 (at most 20 per row); frequency weights need float64
-    dtype = np.int32 if not weighted and len(positions) * len(POISSON_CDF) < 2**31 else np.float64
-    blocks = -(-replicates // LANES)
-    out = np.zeros((blocks, int(offsets[-1]), LANES), dtype=dtype)
-    rows = np.zeros(replicates, dtype=np.float64)
-    _replicate_count_rows(matrix, np.asarray(plan.cardinalities, dtype=np.int64), columns, starts, offsets,
-                          np.asarray(positions, dtype=np.int64), random_state,
-                          np.asarray(base if weighted else np.zeros(1), dtype=np.float64), weighted, _THRESHOLDS,
-                          out, rows)
-    tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * LANES)[:, :replicates]
-    return {"tables": tables.astype(np.float64), "rows": rows}
+    starts, seeds, weights = _group_rows(pattern, size, np.asarray(positions, dtype=np.int64), random_state,
+                                         np.asarray(base if weighted else np.zeros(0), dtype=np.float64), weighted)
+    # whole Poisson weights add up exactly in int32 while a chunk's total stays below 2**31 (at most 8 per row);
+    # frequency weights need float64
+    dtype = np.int32 if not weighted and n * len(_THRESHOLDS) < 2**31 else np.float64
+    outputs = -(-replicates // 4)
+    lanes = 4 * min(WORDS, outputs)
+    blocks = -(-outputs * 4 // lanes)
+    out = np.zeros((blocks, int(offsets[-1]), lanes), dtype=dtype)
+    rows = np.zeros((blocks, lanes), dtype=np.float64)
+    _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows)
+    tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * lanes)[:, :replicates]
+    return {"tables": tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}

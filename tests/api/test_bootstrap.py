@@ -1,7 +1,7 @@
 """``dpgm.bootstrap`` against independent recomputations and closed-form standard errors.
 
 Oracles: the Poisson weights recomputed by a pure-Python SplitMix64 (integers mod 2**64) and
-SciPy's ``poisson.ppf`` (exact); each replicate equal to a plain weighted :func:`dpgm.fit` on
+SciPy's ``poisson.ppf`` at the midpoint uniforms of the outputs' 16-bit quarters (exact); each replicate equal to a plain weighted :func:`dpgm.fit` on
 those weights (rtol 1e-12 for closed forms); bootstrap standard errors against the asymptotic
 ones within their Monte Carlo error: a multinomial proportion's ``sqrt(p (1 - p) / n)``,
 statsmodels' OLS ``bse``, a mean's ``s / sqrt(n)``. The standard error of a bootstrap standard
@@ -34,12 +34,15 @@ def _mix(z: int) -> int:
 
 
 def _weights(n: int, replicate: int, random_state: int) -> np.ndarray:
-    """Replicate ``replicate``'s Poisson(1) weights of rows ``0 .. n - 1``, recomputed without dpgm."""
+    """Replicate ``replicate``'s Poisson(1) weights of rows ``0 .. n - 1``, recomputed without dpgm: the
+    inverse distribution function at ``(m + 1/2) / 2**16``, ``m`` the 16 bits at bit ``16 * (replicate % 4)``
+    of output ``replicate // 4 + 1`` of the row's SplitMix64 generator."""
+    word, quarter = divmod(replicate, 4)
     uniforms = []
     for i in range(n):
         seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
-        z = _mix((seed + (replicate + 1) * _GOLDEN) & _MASK)
-        uniforms.append((z >> 11) / 2.0**53)
+        z = _mix((seed + (word + 1) * _GOLDEN) & _MASK)
+        uniforms.append((((z >> (16 * quarter)) & 0xFFFF) + 0.5) / 2.0**16)
     return scipy.stats.poisson.ppf(np.array(uniforms), 1.0).astype(np.int64)
 
 
@@ -54,7 +57,7 @@ def _asia(n: int, seed: int = 0) -> xr.Dataset:
 def test_poisson_weights_equal_an_independent_splitmix64_and_poisson_quantile():
     from dpgm.stats.resample import poisson_weights
 
-    for replicate, random_state in ((0, 0), (5, 0), (3, 11)):
+    for replicate, random_state in ((0, 0), (5, 0), (3, 11), (2, 7), (257, 1)):  # every quarter of an output
         np.testing.assert_array_equal(poisson_weights(np.arange(3000), replicate, random_state),
                                       _weights(3000, replicate, random_state))
 

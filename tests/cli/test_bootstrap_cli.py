@@ -47,12 +47,15 @@ def _mix(z: int) -> int:
 
 
 def poisson_weights(n_rows: int, replicate: int, random_state: int) -> np.ndarray:
-    """Row ``i``'s Poisson(1) weight in ``replicate``: the inverse distribution function at the top 53 bits of
-    the ``replicate + 1``-th SplitMix64 output of the generator seeded with the row's hash."""
+    """Row ``i``'s Poisson(1) weight in ``replicate``: the inverse distribution function at ``(m + 1/2) / 2**16``,
+    ``m`` the 16 bits at bit ``16 * (replicate % 4)`` of the ``replicate // 4 + 1``-th SplitMix64 output of the
+    generator seeded with the row's hash."""
+    word, quarter = divmod(replicate, 4)
     uniforms = []
     for i in range(n_rows):
         seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
-        uniforms.append((_mix((seed + (replicate + 1) * _GOLDEN) & _MASK) >> 11) / 2**53)
+        m = (_mix((seed + (word + 1) * _GOLDEN) & _MASK) >> (16 * quarter)) & 0xFFFF
+        uniforms.append((m + 0.5) / 2**16)
     return poisson.ppf(np.array(uniforms), 1.0)
 
 

@@ -1,0 +1,151 @@
+"""The replicate count kernel (:func:`dpgm.stats.resample.replicate_count_chunk`) against ``np.bincount``.
+
+Oracle: each replicate's weights recomputed without dpgm (a pure-Python SplitMix64 on integers mod
+2**64 and SciPy's ``poisson.ppf`` at the midpoint uniforms of the outputs' 16-bit quarters), and
+each table counted by ``np.bincount`` of the rows' mixed-radix cells with those weights. Whole
+weights: equal exactly; frequency weights: ``rtol=1e-12`` (float sums in another order). The
+cases reach the kernel's edges: replicates in two blocks (more than 256), patterns whose weights
+add up past its uint16 lanes, pattern keys of several 64-bit words, no variables at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from dpgm.stats.kernels import CountPlan
+from dpgm.stats.resample import poisson_weights, replicate_count_chunk
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _weights(positions: np.ndarray, replicate: int, random_state: int) -> np.ndarray:
+    """Replicate ``replicate``'s weights of the rows at ``positions``, recomputed without dpgm."""
+    word, quarter = divmod(replicate, 4)
+    uniforms = []
+    for i in positions.tolist():
+        seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
+        m = (_mix((seed + (word + 1) * _GOLDEN) & _MASK) >> (16 * quarter)) & 0xFFFF
+        uniforms.append((m + 0.5) / 2.0**16)
+    return scipy.stats.poisson.ppf(np.array(uniforms), 1.0).astype(np.int64)
+
+
+def _bincount_tables(codes: list[np.ndarray], plan: CountPlan, weights: np.ndarray) -> np.ndarray:
+    """Every table of ``plan`` over extended states (missing = the last index), by ``np.bincount``."""
+    tables = []
+    for scope in plan.scopes:
+        cell = np.zeros(len(weights), dtype=np.int64)
+        for j in scope:
+            k = plan.cardinalities[j]
+            cell = cell * (k + 1) + np.where(codes[j] < 0, k, codes[j])
+        size = int(np.prod([plan.cardinalities[j] + 1 for j in scope]))
+        tables.append(np.bincount(cell, weights=weights, minlength=size))
+    return np.concatenate(tables) if tables else np.zeros(0)
+
+
+def _assert_replicates(every, codes, plan, positions, random_state, replicates, base=None):
+    for b in replicates:
+        w = _weights(positions, b, random_state) * (1.0 if base is None else base)
+        expected = _bincount_tables(codes, plan, w)
+        if base is None:
+            np.testing.assert_array_equal(every["tables"][:, b], expected, err_msg=f"replicate {b}")
+            assert every["rows"][b] == w.sum()
+        else:
+            np.testing.assert_allclose(every["tables"][:, b], expected, rtol=1e-12, err_msg=f"replicate {b}")
+            assert every["rows"][b] == pytest.approx(w.sum(), rel=1e-12)
+
+
+def test_replicates_in_two_blocks_with_missing_codes_and_frequency_weights():
+    rng = np.random.default_rng(1)
+    n = 1500
+    codes = [rng.integers(-1, 3, n).astype(np.int8), rng.integers(-1, 2, n).astype(np.int8),
+             rng.integers(0, 5, n).astype(np.int16)]
+    plan = CountPlan(("a", "b", "c"), (3, 2, 5), ((0, 1), (1, 2), (0, 2)))
+    positions = np.arange(10_000, 10_000 + n)
+    base = rng.gamma(2.0, size=n)
+    for weights in (None, base):
+        every = replicate_count_chunk(codes, positions, plan, 301, 9, weights)
+        assert every["tables"].shape == (int(plan.offsets[-1]), 301)
+        # the first and last lane of the first block (256 replicates), the second block's first and last
+        _assert_replicates(every, codes, plan, positions, 9, (0, 3, 255, 256, 299, 300), weights)
+
+
+def test_patterns_of_more_rows_than_the_uint16_lanes_hold_at_once():
+    """140,000 rows in 3 patterns: two of about 69,000 rows, whose weights add up past 2**16 - 1."""
+    rng = np.random.default_rng(2)
+    n = 140_000
+    codes = [rng.choice(np.array([-1, 0, 1], dtype=np.int8), n, p=[0.02, 0.49, 0.49])]
+    plan = CountPlan(("a",), (2,), ((0,),))
+    positions = np.arange(n) * 3 + 5  # any positions: an in-memory engine's slices
+    every = replicate_count_chunk(codes, positions, plan, 2, 0)
+    assert every["tables"].max() > 2**16
+    _assert_replicates(every, codes, plan, positions, 0, range(2))
+
+
+def test_pattern_keys_of_several_words_and_no_variables():
+    """40 variables of 4 states (5 with missing): 93 bits of a pattern, two key words."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    base = rng.integers(0, 4, (6, 40))  # few distinct rows, each many times, some codes missing
+    rows = base[rng.integers(0, 6, n)]
+    rows[rng.random((n, 40)) < 0.01] = -1
+    codes = [rows[:, j].astype(np.int8) for j in range(40)]
+    plan = CountPlan(tuple(f"v{j}" for j in range(40)), (4,) * 40, ((0, 39), (5, 17, 38), (20,)))
+    positions = np.arange(n)
+    every = replicate_count_chunk(codes, positions, plan, 5, 4)
+    _assert_replicates(every, codes, plan, positions, 4, range(5))
+    nothing = replicate_count_chunk([], positions, CountPlan((), (), ()), 5, 4)
+    assert nothing["tables"].shape == (0, 5)
+    np.testing.assert_array_equal(nothing["rows"], [_weights(positions, b, 4).sum() for b in range(5)])
+
+
+def test_tables_do_not_depend_on_how_the_rows_are_chunked():
+    """The whole chunk's tables equal the sums of any split's, exactly: each row's weights are its own."""
+    rng = np.random.default_rng(4)
+    n = 4000
+    codes = [rng.integers(-1, 3, n).astype(np.int8), rng.integers(0, 2, n).astype(np.int8)]
+    plan = CountPlan(("a", "b"), (3, 2), ((0, 1), (1,)))
+    positions = np.arange(50, 50 + n)
+    whole = replicate_count_chunk(codes, positions, plan, 70, 2)
+    for cuts in ([1], [333, 334, 2900], [1000, 2000, 3000]):
+        bounds = [0, *cuts, n]
+        parts = [replicate_count_chunk([c[a:b] for c in codes], positions[a:b], plan, 70, 2)
+                 for a, b in zip(bounds, bounds[1:], strict=False)]
+        np.testing.assert_array_equal(sum(p["tables"] for p in parts), whole["tables"])
+        np.testing.assert_array_equal(sum(p["rows"] for p in parts), whole["rows"])
+    # and each replicate's column is the bincount of the NumPy definition's weights
+    for b in (0, 69):
+        expected = _bincount_tables(codes, plan, poisson_weights(positions, b, 2).astype(np.float64))
+        np.testing.assert_array_equal(whole["tables"][:, b], expected)
+
+
+def test_poisson_weights_are_the_distribution_function_rounded_to_multiples_of_two_to_the_minus_16():
+    """Every 16-bit uniform's draw against SciPy: ``P(w <= k)`` is ``round(2**16 F(k)) / 2**16``; mean exactly 1."""
+    from dpgm.stats.resample import POISSON_CDF
+
+    m = np.arange(2**16)
+    draws = np.searchsorted(POISSON_CDF, (m + 0.5) / 2**16, side="right")
+    np.testing.assert_array_equal(draws, scipy.stats.poisson.ppf((m + 0.5) / 2**16, 1.0))
+    cumulative = np.cumsum(np.bincount(draws, minlength=9))
+    np.testing.assert_array_equal(cumulative, np.round(scipy.stats.poisson.cdf(np.arange(9), 1.0) * 2**16))
+    assert draws.max() == 8 and draws.sum() == 2**16  # mean exactly 1
+
+
+def test_the_quarters_of_an_output_are_its_16_bit_fields_from_the_lowest():
+    """The explicit split (big-endian machines) equals NumPy's shifts, and so the little-endian in-place view."""
+    from dpgm.stats.resample import _quarters
+
+    words = np.random.default_rng(5).integers(0, 2**63, 7, dtype=np.int64).astype(np.uint64) * np.uint64(3)
+    uniforms = np.zeros(28, dtype=np.uint16)
+    _quarters(words, 7, uniforms)
+    expected = [(int(w) >> (16 * j)) & 0xFFFF for w in words for j in range(4)]
+    np.testing.assert_array_equal(uniforms, expected)
+    np.testing.assert_array_equal(words.astype("<u8").view("<u2"), expected)
