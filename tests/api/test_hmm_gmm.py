@@ -467,3 +467,51 @@ def test_dpgm_fit_cli_takes_a_gmm_spec(tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     x, lengths = observations.reshape(-1, 2), [observations.shape[1]] * observations.shape[0]
     assert report["loglik"] == pytest.approx(reference.score(x, lengths), rel=1e-9)
+
+
+def test_standard_errors_equal_a_numerical_hessian_of_hmmlearns_score():
+    """The observed information's standard errors (each state's mix weights moved within their simplex) equal the
+    inverse negative Hessian of hmmlearn's ``GMMHMM.score`` (statsmodels' ``approx_hess3``) in the 13 free
+    parameters of 2 states x 2 mixes over one variable, carried to every entry by the delta method (rel 1e-4:
+    two finite-difference Hessians with different steps)."""
+    from statsmodels.tools.numdiff import approx_hess3
+
+    truth = GMMHMM(n_components=2, n_mix=2, covariance_type="diag", init_params="")
+    truth.startprob_, truth.transmat_ = np.array([0.6, 0.4]), np.array([[0.85, 0.15], [0.25, 0.75]])
+    truth.weights_ = np.array([[0.35, 0.65], [0.5, 0.5]])
+    truth.means_, truth.covars_ = np.array([[[0.0], [2.5]], [[6.0], [9.0]]]), np.array([[[1.0], [0.6]], [[0.9],
+                                                                                                           [1.2]]])
+    x = np.stack([truth.sample(20, random_state=100 + i)[0][:, 0] for i in range(60)])
+    structure = dpgm.hmm(2, emissions={"x": {"family": "gmm", "n_mix": 2}})
+    start = structure.with_parameters(np.array([0.5, 0.5]), np.array([[0.8, 0.2], [0.2, 0.8]]), [
+        structure.emissions[0].with_arrays(np.full((2, 2), 0.5), np.array([[[0.5], [2.0]], [[5.0], [8.0]]]),
+                                           np.ones((2, 2, 1)), structure.labels)])
+    result = _fit(start, xr.Dataset({"x": (("row", "time"), x)}), init="model", tol=1e-13, max_iter=20000,
+                  reg_covar=0.0, accelerate="squarem")
+    assert result.converged
+    family = result.model.emissions[0]
+
+    def unpack(theta: np.ndarray) -> dict[str, np.ndarray]:
+        return {"startprob": np.array([theta[0], 1 - theta[0]]),
+                "transmat": np.array([[theta[1], 1 - theta[1]], [theta[2], 1 - theta[2]]]),
+                "weights": np.array([[theta[3], 1 - theta[3]], [theta[4], 1 - theta[4]]]),
+                "means": theta[5:9].reshape(2, 2, 1), "covars": theta[9:13].reshape(2, 2, 1)}
+
+    def loglik(theta: np.ndarray) -> float:
+        return float(_gmmhmm(unpack(theta), "diag").score(x.reshape(-1, 1), [x.shape[1]] * x.shape[0]))
+
+    theta = np.concatenate([[result.model.start.values[0]], result.model.transition.values[:, 0],
+                            family.weights.values[:, 0], family.means.values.ravel(), family.covariances.values.ravel()])
+    jacobian = np.zeros((2 + 4 + 4 + 4 + 4, 13))
+    jacobian[0, 0], jacobian[1, 0] = 1, -1
+    for i in range(2):
+        jacobian[2 + 2 * i, 1 + i], jacobian[3 + 2 * i, 1 + i] = 1, -1
+        jacobian[6 + 2 * i, 3 + i], jacobian[7 + 2 * i, 3 + i] = 1, -1
+    jacobian[10:, 5:] = np.eye(8)
+    expected = np.sqrt(np.diag(jacobian @ np.linalg.inv(-approx_hess3(theta, loglik)) @ jacobian.T))
+    errors = result.standard_errors
+    np.testing.assert_allclose(errors["start"].values, expected[:2], rtol=1e-4)
+    np.testing.assert_allclose(errors["transition"].values, expected[2:6].reshape(2, 2), rtol=1e-4)
+    np.testing.assert_allclose(errors["emission0:weights"].values, expected[6:10].reshape(2, 2), rtol=1e-4)
+    np.testing.assert_allclose(errors["emission0:means"].values, expected[10:14].reshape(2, 2, 1), rtol=1e-4)
+    np.testing.assert_allclose(errors["emission0:covariances"].values, expected[14:].reshape(2, 2, 1), rtol=1e-4)
