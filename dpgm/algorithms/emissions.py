@@ -109,7 +109,7 @@ def maximise_mixture(family: GaussianMixtureEmission, statistics: dict[str, np.n
             check_covariances(covariances[s], family.covariance_type, family.variables, reg_covar)
         except DataError as error:
             raise DataError(f"gmm emission of {list(family.variables)}, hidden state {labels[s]!r}: "
-                            + str(error).replace("component ", "mix ")) from None
+                            + str(error).replace("component ", "mix ").replace("components", "mixes")) from None
     return family.with_arrays(new_weights, means + shift, covariances, labels)
 
 

@@ -418,7 +418,9 @@ def test_starts_from_the_data_recover_the_mixes():
 def test_squarem_reaches_plain_ems_maximum_and_bad_settings_are_refused():
     """SQUAREM extrapolates in log weights (renormalised per state), means and log-Cholesky covariances and reaches
     plain EM's log-likelihood from the same start (abs 1e-5) in fewer passes; a gmm without ``n_mix``, with an
-    unknown setting or a bad ``n_mix`` is refused, and so is incremental EM."""
+    unknown setting or a bad ``n_mix`` is refused, and so are incremental EM, data with fewer distinct steps than
+    states x mixes, a covariance that collapses (naming the state, the mix and the variable) and an infinite value
+    (naming the variable and chunk)."""
     observations = _observations("full", n=40, length=30, seed=13)
     data = _dataset(observations)
     start = _model(_start_arrays("full"), "full")
@@ -433,10 +435,19 @@ def test_squarem_reaches_plain_ems_maximum_and_bad_settings_are_refused():
         dpgm.hmm(2, emissions={"x": {"family": "gmm", "n_mix": 2, "mixes": 3}})
     with pytest.raises(ValueError, match="n_mix must be a positive integer"):
         dpgm.hmm(2, emissions={"x": {"family": "gmm", "n_mix": 0}})
-    from dpgm.errors import ConfigError
+    from dpgm.errors import ConfigError, DataError
 
     with pytest.raises(ConfigError, match="incremental"):
         dpgm.fit(dpgm.hmm(2, emissions={("x", "y"): {"family": "gmm", "n_mix": 2}}), data, incremental=True)
+    constant = data.assign(x=data["x"] * 0 + 1.5)
+    with pytest.raises(DataError, match=r"too few for 2 hidden states x 2 mixes"):
+        dpgm.fit(dpgm.hmm(2, emissions={"x": {"family": "gmm", "n_mix": 2}}), constant.assign(y=constant["x"]))
+    with pytest.raises(DataError, match=r"hidden state '0': mix \d's covariance \(full\) is singular .*\['x'\]"):
+        _fit(start, constant, init="model", reg_covar=0.0)
+    infinite = data.copy(deep=True)
+    infinite["y"][3, 4] = np.inf
+    with pytest.raises(DataError, match=r"variable 'y', chunk 0: holds an infinite value"):
+        _fit(start, infinite, init="model")
 
 
 @pytest.mark.slow
