@@ -38,7 +38,7 @@ class HiddenMarkovModel:
         ``(hidden, variable)`` whose rows sum to 1. Or give ``emissions``.
     emissions
         The emission families (:mod:`dpgm.models.emissions`): categorical, Gaussian,
-        Poisson, each over its own variables, independent given the state.
+        Gaussian mixture, Poisson, each over its own variables, independent given the state.
 
     Examples
     --------
