@@ -1,4 +1,5 @@
-"""Hidden Markov models by distributed Baum-Welch, with categorical, Gaussian and Poisson emissions."""
+"""Hidden Markov models by distributed Baum-Welch, with categorical, Gaussian, Gaussian-mixture and Poisson
+emissions."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from dpgm.api.checks import check_continuous
 from dpgm.api.em_control import em_result, initial_models, maybe_persist, run_em, total_rows
 from dpgm.api.labels import align
 from dpgm.errors import ConfigError, DataError, SpecError
-from dpgm.models.emissions import CategoricalEmission, Emission, GaussianEmission
+from dpgm.models.emissions import (
+    CategoricalEmission,
+    Emission,
+    GaussianEmission,
+    GaussianMixtureEmission,
+)
 from dpgm.models.hmm import HiddenMarkovModel
 from dpgm.stats.source import DataSource
 
@@ -23,7 +29,7 @@ INIT_SAMPLE_STEPS = 10_000
 def emission_plan(family: Emission) -> Any:
     """The plain-array form of an emission family the workers use (:mod:`dpgm.stats.emissions`)."""
     from dpgm.models.covariances import full_covariances
-    from dpgm.stats.emissions import CategoricalPlan, GaussianPlan, PoissonPlan
+    from dpgm.stats.emissions import CategoricalPlan, GaussianPlan, MixturePlan, PoissonPlan
     from dpgm.stats.mixture import ComponentParameters
 
     if isinstance(family, CategoricalEmission):
@@ -33,6 +39,12 @@ def emission_plan(family: Emission) -> Any:
         full = full_covariances(family.covariances.values, family.covariance_type, n, p)
         params = ComponentParameters.build(np.ones(n), np.asarray(family.means.values, dtype=float), full)
         return GaussianPlan(tuple(family.variables), params, family.covariance_type in ("diag", "spherical"))
+    if isinstance(family, GaussianMixtureEmission):
+        n, m, p = family.n_states, family.n_mix, len(family.variables)
+        params = ComponentParameters.build(np.asarray(family.weights.values, dtype=float).ravel(),
+                                           np.asarray(family.means.values, dtype=float).reshape(n * m, p),
+                                           family.full().reshape(n * m, p, p))
+        return MixturePlan(tuple(family.variables), params, m, family.covariance_type in ("diag", "spherical"))
     return PoissonPlan(tuple(family.variables), np.asarray(family.rates.values, dtype=float))
 
 
@@ -169,7 +181,8 @@ def _check_data(model: HiddenMarkovModel, source: DataSource, sequence: str | No
 def _continuous_starts(model: HiddenMarkovModel, source: DataSource, models: list[HiddenMarkovModel],
                        random_state: Any, init: Any, reg_covar: float) -> list[HiddenMarkovModel]:
     """Every restart's continuous families from k-means++ (``init=None``) or random steps (``"random"``) of a
-    hashed sample of the data's steps (the Gaussian mixtures' starts)."""
+    hashed sample of the data's steps (the Gaussian mixtures' starts; a Gaussian mixture family: the sample's
+    steps clustered into the hidden states, then each state's cluster into its mixes)."""
     from dpgm.algorithms.mixture import initial_parameters
     from dpgm.stats.sequences import step_sample
 
@@ -178,15 +191,19 @@ def _continuous_starts(model: HiddenMarkovModel, source: DataSource, models: lis
     for index, family in enumerate(model.emissions):
         if isinstance(family, CategoricalEmission):
             continue
-        sample = step_sample(source, family.variables, max(INIT_SAMPLE_STEPS, 50 * model.n_states),
+        clusters = model.n_states * (family.n_mix if isinstance(family, GaussianMixtureEmission) else 1)
+        sample = step_sample(source, family.variables, max(INIT_SAMPLE_STEPS, 50 * clusters),
                              int(rng.integers(1 << 62)))
-        if len(np.unique(sample, axis=0)) < model.n_states:
+        if len(np.unique(sample, axis=0)) < clusters:
+            what = (f"{model.n_states} hidden states x {clusters // model.n_states} mixes" if clusters
+                    > model.n_states else f"{model.n_states} hidden states")
             raise DataError(f"{len(np.unique(sample, axis=0))} distinct steps with every value of "
-                            f"{list(family.variables)} observed: too few for {model.n_states} hidden states",
-                            variable=family.variables[0])
+                            f"{list(family.variables)} observed: too few for {what}", variable=family.variables[0])
         for r, start in enumerate(out):
             how = "random" if init == "random" else "k-means++"
-            if isinstance(family, GaussianEmission):
+            if isinstance(family, GaussianMixtureEmission):
+                chosen = _mixture_start(family, sample, model.labels, reg_covar, rng, how)
+            elif isinstance(family, GaussianEmission):
                 first = initial_parameters(sample, model.n_states, family.covariance_type, reg_covar, rng, how)
                 chosen = family.with_arrays(first.means, first.covariances, model.labels)
             else:
@@ -198,6 +215,27 @@ def _continuous_starts(model: HiddenMarkovModel, source: DataSource, models: lis
     return out
 
 
+def _mixture_start(family: GaussianMixtureEmission, sample: np.ndarray, labels: tuple[str, ...], reg_covar: float,
+                   rng: np.random.Generator, how: str) -> GaussianMixtureEmission:
+    """The sample's steps clustered into the hidden states (k-means++ seeds and Lloyd's iterations, or random
+    centres), then each state's steps into its mixes: the clusters' proportions, means and covariances (a
+    state with fewer distinct steps than mixes takes its mixes from the whole sample)."""
+    from dpgm.algorithms.mixture import _lloyd, initial_parameters, kmeans_plus_plus
+
+    n, m = family.n_states, family.n_mix
+    centres = (sample[rng.choice(len(sample), size=n, replace=False)].copy() if how == "random"
+               else kmeans_plus_plus(sample, n, rng))
+    states = _lloyd(sample, centres)
+    mixes = []
+    for s in range(n):
+        steps = sample[states == s]
+        if len(np.unique(steps, axis=0)) < m:
+            steps = sample
+        mixes.append(initial_parameters(steps, m, family.covariance_type, reg_covar, rng, how))
+    return family.with_arrays(np.stack([x.weights for x in mixes]), np.stack([x.means for x in mixes]),
+                              np.stack([x.covariances for x in mixes]), labels)
+
+
 def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
             random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False,
             accelerate=None, incremental=False, prune_restarts=False, reg_covar: float = 0.0,
@@ -206,9 +244,10 @@ def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, call
 
     _check_data(model, source, sequence)
     continuous = any(not isinstance(f, CategoricalEmission) for f in model.emissions)
-    if incremental and any(isinstance(f, GaussianEmission) for f in model.emissions):
+    if incremental and any(isinstance(f, GaussianEmission | GaussianMixtureEmission) for f in model.emissions):
         raise ConfigError("incremental EM adds statistics of blocks computed at different parameters: not for "
-                          "Gaussian emissions (their statistics are centred on the means); use incremental=False")
+                          "Gaussian or Gaussian-mixture emissions (their statistics are centred on the means); use "
+                          "incremental=False")
     if init == "model" and not model.is_fitted:
         raise ConfigError("init='model' starts from the model's parameters, but its continuous emissions have none")
     mine = model  # random starts are drawn in the model's own order of its labels
@@ -253,7 +292,8 @@ def hmm_from_spec(spec: dict, states: dict[str, tuple[str, ...]], continuous: li
         emissions = spec["emissions"]
         if not isinstance(emissions, dict) or not emissions:
             raise SpecError("'emissions' maps each observed variable (or 'x, y' for several) to its family: a list "
-                            "of labels, gaussian, poisson, or {family: gaussian, covariance_type: full}")
+                            "of labels, gaussian, poisson, {family: gaussian, covariance_type: full} or {family: "
+                            "gmm, n_mix: 2, covariance_type: diag}")
         keyed = {(tuple(v.strip() for v in key.split(",")) if "," in str(key) else str(key)): how
                  for key, how in emissions.items()}
         try:

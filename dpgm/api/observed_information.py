@@ -51,7 +51,9 @@ _SIMPLEX = {
     "HiddenMarkovModel": lambda model: {"start": model.hidden, "transition": model.hidden + "_next",
                                         **({"emission": model.variable} if model.is_categorical else
                                            {f"emission{i}:table": f.variables[0] for i, f in enumerate(model.emissions)
-                                            if f.family == "categorical"})},
+                                            if f.family == "categorical"}),
+                                        **{f"emission{i}:weights": f"mix@{i}" for i, f in enumerate(model.emissions)
+                                           if f.family == "gmm"}},
     "GaussianMixture": lambda model: {"weights": "component"},
 }
 

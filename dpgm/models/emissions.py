@@ -11,6 +11,10 @@ continuous channels is a categorical and a Gaussian family).
   more continuous variables, covariance type ``full``, ``diag``, ``spherical`` or
   ``tied`` (hmmlearn's ``GaussianHMM`` shapes, labelled); NaN missing, coordinate by
   coordinate.
+* :class:`GaussianMixtureEmission`: per state a mixture of ``n_mix`` Gaussians over one or
+  more continuous variables (hmmlearn's ``GMMHMM`` shapes, labelled by ``hidden`` and
+  ``mix``; ``tied``: the mixes of a state share one covariance); NaN missing,
+  coordinate by coordinate.
 * :class:`PoissonEmission`: independent ``Poisson(rates[s, v])`` counts (hmmlearn's
   ``PoissonHMM``); NaN missing.
 
@@ -35,7 +39,8 @@ from dpgm.models.covariances import (
     full_covariances,
 )
 
-__all__ = ["CategoricalEmission", "Emission", "GaussianEmission", "PoissonEmission", "emission_from_store"]
+__all__ = ["CategoricalEmission", "Emission", "GaussianEmission", "GaussianMixtureEmission", "PoissonEmission",
+           "emission_from_store"]
 
 
 def _relabel(table: xr.DataArray | None, wanted: Mapping[str, Sequence[str]]) -> xr.DataArray | None:
@@ -202,7 +207,102 @@ class PoissonEmission:
         return {"family": "poisson", "variables": list(self.variables)}
 
 
-Emission = CategoricalEmission | GaussianEmission | PoissonEmission
+@dataclass(frozen=True)
+class GaussianMixtureEmission:
+    """Continuous ``variables`` given the state: a mixture of ``n_mix`` Gaussians per state (hmmlearn's
+    ``GMMHMM``).
+
+    ``weights`` over ``(hidden, mix)`` (rows sum to 1); ``means`` over ``(hidden, mix,
+    variable)``; ``covariances`` over the covariance type's dims: full ``(hidden, mix,
+    variable, variable_)``, diag ``(hidden, mix, variable)``, spherical ``(hidden, mix)``,
+    tied ``(hidden, variable, variable_)`` (the mixes of a state share it). All three None
+    for a structure.
+    """
+
+    variables: tuple[str, ...]
+    n_mix: int = 2
+    covariance_type: str = "diag"
+    hidden: str = "state"
+    n_states: int = 2
+    weights: xr.DataArray | None = None
+    means: xr.DataArray | None = None
+    covariances: xr.DataArray | None = None
+
+    family = "gmm"
+
+    def __post_init__(self):
+        if self.covariance_type not in COVARIANCE_TYPES:
+            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {self.covariance_type!r}")
+        if isinstance(self.n_mix, bool) or not isinstance(self.n_mix, int | np.integer) or self.n_mix < 1:
+            raise ValueError(f"n_mix must be a positive integer, got {self.n_mix!r}")
+        given = [t is not None for t in (self.weights, self.means, self.covariances)]
+        if any(given) and not all(given):
+            raise ValueError("give weights, means and covariances, or none of them")
+        if self.weights is not None:
+            weights = np.asarray(self.weights.values, dtype=float)
+            if (weights < 0).any() or not np.allclose(weights.sum(axis=1), 1.0, rtol=0, atol=1e-9):
+                raise ValueError("each state's mix weights must be nonnegative and sum to 1")
+            for s in range(self.n_states):
+                check_covariances(self.covariances.values[s], self.covariance_type, self.variables, None)
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.means is not None
+
+    def states(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    def n_free_parameters(self) -> int:
+        """Weights (``n_mix - 1`` per state), means and covariances."""
+        n, m, p = self.n_states, self.n_mix, len(self.variables)
+        covariance = {"full": n * m * p * (p + 1) // 2, "diag": n * m * p, "spherical": n * m,
+                      "tied": n * p * (p + 1) // 2}
+        return n * (m - 1) + n * m * p + covariance[self.covariance_type]
+
+    def dims(self) -> tuple[str, ...]:
+        """The covariances' dims."""
+        return {"full": (self.hidden, "mix", "variable", "variable_"), "diag": (self.hidden, "mix", "variable"),
+                "spherical": (self.hidden, "mix"), "tied": (self.hidden, "variable", "variable_")
+                }[self.covariance_type]
+
+    def tables(self) -> dict[str, xr.DataArray]:
+        return {} if self.means is None else {"weights": self.weights, "means": self.means,
+                                              "covariances": self.covariances}
+
+    def with_arrays(self, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray, labels: Sequence[str]
+                    ) -> GaussianMixtureEmission:
+        """Parameters from plain arrays (hmmlearn's ``GMMHMM`` shapes), ``labels`` the hidden states."""
+        coords = {self.hidden: list(labels), "mix": [str(k) for k in range(self.n_mix)],
+                  "variable": list(self.variables), "variable_": list(self.variables)}
+
+        def table(values: np.ndarray, dims: tuple[str, ...]) -> xr.DataArray:
+            return xr.DataArray(np.asarray(values, dtype=float), dims=dims, coords={d: coords[d] for d in dims})
+
+        return replace(self, weights=table(weights, (self.hidden, "mix")),
+                       means=table(means, (self.hidden, "mix", "variable")),
+                       covariances=table(covariances, self.dims()))
+
+    def with_tables(self, tables: Mapping[str, Any]) -> GaussianMixtureEmission:
+        return replace(self, **{name: getattr(self, name).copy(data=np.asarray(tables[name], dtype=float))
+                                for name in ("weights", "means", "covariances")})
+
+    def with_state_order(self, wanted: Mapping[str, Sequence[str]]) -> GaussianMixtureEmission:
+        return replace(self, weights=_relabel(self.weights, wanted), means=_relabel(self.means, wanted),
+                       covariances=_relabel(self.covariances, wanted))
+
+    def full(self) -> np.ndarray:
+        """Every mix's ``p x p`` covariance, ``(n_states, n_mix, p, p)``."""
+        p, c = len(self.variables), np.asarray(self.covariances.values, dtype=float)
+        if self.covariance_type == "tied":
+            return np.broadcast_to(c[:, None], (self.n_states, self.n_mix, p, p)).copy()
+        return np.stack([full_covariances(c[s], self.covariance_type, self.n_mix, p) for s in range(self.n_states)])
+
+    def spec(self) -> dict[str, Any]:
+        return {"family": "gmm", "variables": list(self.variables), "n_mix": int(self.n_mix),
+                "covariance_type": self.covariance_type}
+
+
+Emission = CategoricalEmission | GaussianEmission | GaussianMixtureEmission | PoissonEmission
 
 
 def emission_from_store(spec: Mapping[str, Any], tables: Mapping[str, xr.DataArray], hidden: str,
@@ -214,6 +314,9 @@ def emission_from_store(spec: Mapping[str, Any], tables: Mapping[str, xr.DataArr
     if family == "gaussian":
         return GaussianEmission(variables, spec["covariance_type"], hidden, n_states, tables.get("means"),
                                 tables.get("covariances"))
+    if family == "gmm":
+        return GaussianMixtureEmission(variables, int(spec["n_mix"]), spec["covariance_type"], hidden, n_states,
+                                       tables.get("weights"), tables.get("means"), tables.get("covariances"))
     if family == "poisson":
         return PoissonEmission(variables, hidden, n_states, tables.get("rates"))
     raise ValueError(f"unknown emission family {family!r}")

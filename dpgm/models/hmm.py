@@ -14,6 +14,7 @@ from dpgm.models.emissions import (
     CategoricalEmission,
     Emission,
     GaussianEmission,
+    GaussianMixtureEmission,
     PoissonEmission,
     emission_from_store,
 )
@@ -37,7 +38,7 @@ class HiddenMarkovModel:
         ``(hidden, variable)`` whose rows sum to 1. Or give ``emissions``.
     emissions
         The emission families (:mod:`dpgm.models.emissions`): categorical, Gaussian,
-        Poisson, each over its own variables, independent given the state.
+        Gaussian mixture, Poisson, each over its own variables, independent given the state.
     sequence
         The sequence-id variable of the long layout the model was fitted on (one row per
         step, ``dpgm.fit(..., sequence=...)``); None for sequences stored as rows.
@@ -212,9 +213,9 @@ class HiddenMarkovModel:
             return tables | {"emission": self.emission} | ({"__attrs__": layout} if layout else {})
         for i, family in enumerate(self.emissions):
             for name, table in family.tables().items():
-                # families' dims of the same name (``variable``) may differ in length: one store holds them all
-                tables[f"emission{i}:{name}"] = table.rename({d: d.replace("variable", f"variable@{i}")
-                                                              for d in ("variable", "variable_") if d in table.dims})
+                # families' dims of the same name (``variable``, ``mix``) may differ in length: one store holds them
+                renamed = {"variable": f"variable@{i}", "variable_": f"variable@{i}_", "mix": f"mix@{i}"}
+                tables[f"emission{i}:{name}"] = table.rename({d: r for d, r in renamed.items() if d in table.dims})
         return tables | {"__attrs__": {"emissions": [f.spec() for f in self.emissions], **layout}}
 
     @classmethod
@@ -279,7 +280,9 @@ def hmm(
     emissions
         Observed variable (or a tuple of them) -> its family: a list of labels (categorical),
         ``"gaussian"`` (diagonal covariance), ``"poisson"``, or a dict ``{"family":
-        "gaussian", "covariance_type": "full" | "diag" | "spherical" | "tied"}``.
+        "gaussian", "covariance_type": "full" | "diag" | "spherical" | "tied"}``, or a
+        mixture of Gaussians per state ``{"family": "gmm", "n_mix": 2, "covariance_type":
+        "diag"}`` (hmmlearn's ``GMMHMM``).
 
     Raises
     ------
@@ -309,11 +312,17 @@ def hmm(
         family = spec.pop("family", None)
         if family == "gaussian":
             families.append(GaussianEmission(names, spec.pop("covariance_type", "diag"), hidden, n))
+        elif family == "gmm":
+            if "n_mix" not in spec:
+                raise ValueError(f"a gmm emission of {list(names)} needs n_mix (mixed Gaussians per state): "
+                                 "{'family': 'gmm', 'n_mix': 2}")
+            families.append(GaussianMixtureEmission(names, spec.pop("n_mix"), spec.pop("covariance_type", "diag"),
+                                                    hidden, n))
         elif family == "poisson":
             families.append(PoissonEmission(names, hidden, n))
         else:
             raise ValueError(f"unknown emission family {family!r} for {list(names)}: expected a list of labels "
-                             "(categorical), 'gaussian' or 'poisson'")
+                             "(categorical), 'gaussian', 'gmm' or 'poisson'")
         if spec:
             raise ValueError(f"unknown emission settings {sorted(spec)} for {list(names)}")
     return HiddenMarkovModel(

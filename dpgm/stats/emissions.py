@@ -17,8 +17,11 @@ the current parameters and shipped to the workers once per pass):
 Categorical (codes, ``-1`` missing), Gaussian (one or several continuous variables,
 NaN missing; a step with some coordinates missing contributes their marginal
 density and, to the statistics, their conditional expectations, as the mixtures'
-E step does: :mod:`dpgm.stats.mixture`) and Poisson (counts, each variable
-independent given the state, NaN missing).
+E step does: :mod:`dpgm.stats.mixture`), Gaussian mixtures per state (the same, with
+each state's mixes as components: a step's weight on mix ``k`` of state ``s`` is its
+state posterior times the mix's posterior given the state and the step's observed
+coordinates) and Poisson (counts, each variable independent given the state, NaN
+missing).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from scipy.special import gammaln
 from dpgm.errors import DataError
 from dpgm.stats.mixture import ComponentParameters, _log_joint, _pattern_log_density, _patterns
 
-__all__ = ["CategoricalPlan", "GaussianPlan", "PoissonPlan"]
+__all__ = ["CategoricalPlan", "GaussianPlan", "MixturePlan", "PoissonPlan"]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -91,11 +94,7 @@ class GaussianPlan:
     diagonal_statistics: bool
 
     def values(self, columns: dict[str, np.ndarray], chunk: int) -> np.ndarray:
-        out = np.stack([np.asarray(columns[v], dtype=np.float64).reshape(-1) for v in self.variables], axis=1)
-        if np.isinf(out).any():
-            v = self.variables[int(np.nonzero(np.isinf(out).any(axis=0))[0][0])]
-            raise DataError("holds an infinite value (NaN marks a missing one)", variable=v, chunk=chunk)
-        return out
+        return _continuous_values(self.variables, columns, chunk)
 
     def observed(self, values: np.ndarray) -> np.ndarray:
         return ~np.isnan(values).all(axis=1)
@@ -104,39 +103,49 @@ class GaussianPlan:
         return _shifted(_log_joint(values, self.params))
 
     def zero(self) -> dict[str, np.ndarray]:
-        k, p = self.params.means.shape
-        return {"nk": np.zeros(k), "s1": np.zeros((k, p)),
-                "s2": np.zeros((k, p)) if self.diagonal_statistics else np.zeros((k, p, p))}
+        return _zero_moments(self.params, self.diagonal_statistics)
 
     def statistics(self, values: np.ndarray, gamma: np.ndarray, stats: dict[str, np.ndarray]) -> None:
         """Sums of ``gamma``, of ``gamma (x - mu)`` and ``gamma (x - mu)(x - mu)^T`` (centred on the current means;
         missing coordinates filled by their conditional expectation, their conditional covariance added)."""
-        present = ~np.isnan(values)
-        complete = present.all(axis=1)
-        means = self.params.means
-        rows = np.nonzero(complete)[0]
-        x = values[rows]
-        for s in range(gamma.shape[1]):
-            r = gamma[rows, s]
-            centred = x - means[s]
-            stats["nk"][s] += r.sum()
-            stats["s1"][s] += r @ centred
-            if self.diagonal_statistics:
-                stats["s2"][s] += r @ (centred * centred)
-            else:
-                stats["s2"][s] += (centred * r[:, None]).T @ centred
-        for observed, group in _patterns(present, np.nonzero(~complete & present.any(axis=1))[0]):
-            _, filled = _pattern_log_density(values[group], observed, self.params)
-            for s, (centred, conditional, m) in enumerate(filled):
-                r = gamma[group, s]
-                stats["nk"][s] += r.sum()
-                stats["s1"][s] += r @ centred
-                if self.diagonal_statistics:
-                    stats["s2"][s] += r @ (centred * centred)
-                    stats["s2"][s][m] += r.sum() * np.diag(conditional)
-                else:
-                    stats["s2"][s] += (centred * r[:, None]).T @ centred
-                    stats["s2"][s][np.ix_(m, m)] += r.sum() * conditional
+        _moments(values, gamma, self.params, self.diagonal_statistics, stats)
+
+
+@dataclass(frozen=True)
+class MixturePlan:
+    """Continuous ``variables``, a mixture of ``n_mix`` Gaussians per state: ``params`` holds the ``S * n_mix``
+    components state by state (component ``s * n_mix + k`` is mix ``k`` of state ``s``, its log weight the
+    mix's log weight within the state)."""
+
+    variables: tuple[str, ...]
+    params: ComponentParameters
+    n_mix: int
+    diagonal_statistics: bool
+
+    def values(self, columns: dict[str, np.ndarray], chunk: int) -> np.ndarray:
+        return _continuous_values(self.variables, columns, chunk)
+
+    def observed(self, values: np.ndarray) -> np.ndarray:
+        return ~np.isnan(values).all(axis=1)
+
+    def _log_joint(self, values: np.ndarray) -> np.ndarray:
+        """``log w_sk + log N(x_o; mu_sk,o, S_sk,oo)``, ``(steps, S, n_mix)``."""
+        return _log_joint(values, self.params).reshape(len(values), -1, self.n_mix)
+
+    def factors(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _shifted(_logsumexp_last(self._log_joint(values)))
+
+    def zero(self) -> dict[str, np.ndarray]:
+        return _zero_moments(self.params, self.diagonal_statistics)
+
+    def statistics(self, values: np.ndarray, gamma: np.ndarray, stats: dict[str, np.ndarray]) -> None:
+        """:class:`GaussianPlan`'s moments per mix, each step weighted by ``gamma[t, s] p(mix k | x_t, z_t = s)``
+        (flat over ``(S, n_mix)``)."""
+        log_joint = self._log_joint(values)
+        with np.errstate(under="ignore"):
+            within = np.exp(log_joint - _logsumexp_last(log_joint)[..., None])
+        weights = (gamma[:, :, None] * within).reshape(len(values), -1)
+        _moments(values, weights, self.params, self.diagonal_statistics, stats)
 
 
 @dataclass(frozen=True)
@@ -182,7 +191,63 @@ class PoissonPlan:
         stats["total"] += gamma.T @ x
 
 
-Plan = CategoricalPlan | GaussianPlan | PoissonPlan
+Plan = CategoricalPlan | GaussianPlan | MixturePlan | PoissonPlan
+
+
+def _continuous_values(variables: tuple[str, ...], columns: dict[str, np.ndarray], chunk: int) -> np.ndarray:
+    """The chunk's steps of ``variables``, ``(steps, p)`` floats; an infinite value refused (NaN: missing)."""
+    out = np.stack([np.asarray(columns[v], dtype=np.float64).reshape(-1) for v in variables], axis=1)
+    if np.isinf(out).any():
+        v = variables[int(np.nonzero(np.isinf(out).any(axis=0))[0][0])]
+        raise DataError("holds an infinite value (NaN marks a missing one)", variable=v, chunk=chunk)
+    return out
+
+
+def _zero_moments(params: ComponentParameters, diagonal_statistics: bool) -> dict[str, np.ndarray]:
+    k, p = params.means.shape
+    return {"nk": np.zeros(k), "s1": np.zeros((k, p)),
+            "s2": np.zeros((k, p)) if diagonal_statistics else np.zeros((k, p, p))}
+
+
+def _moments(values: np.ndarray, weights: np.ndarray, params: ComponentParameters, diagonal_statistics: bool,
+             stats: dict[str, np.ndarray]) -> None:
+    """Add ``sum w``, ``sum w (x - mu)`` and ``sum w (x - mu)(x - mu)^T`` per component (``weights (steps, K)``,
+    centred on the components' means; missing coordinates filled by their conditional expectation given the
+    observed ones, their conditional covariance added; steps with nothing observed left out)."""
+    present = ~np.isnan(values)
+    complete = present.all(axis=1)
+    means = params.means
+    rows = np.nonzero(complete)[0]
+    x = values[rows]
+    for c in range(weights.shape[1]):
+        r = weights[rows, c]
+        centred = x - means[c]
+        stats["nk"][c] += r.sum()
+        stats["s1"][c] += r @ centred
+        if diagonal_statistics:
+            stats["s2"][c] += r @ (centred * centred)
+        else:
+            stats["s2"][c] += (centred * r[:, None]).T @ centred
+    for observed, group in _patterns(present, np.nonzero(~complete & present.any(axis=1))[0]):
+        _, filled = _pattern_log_density(values[group], observed, params)
+        for c, (centred, conditional, m) in enumerate(filled):
+            r = weights[group, c]
+            stats["nk"][c] += r.sum()
+            stats["s1"][c] += r @ centred
+            if diagonal_statistics:
+                stats["s2"][c] += r @ (centred * centred)
+                stats["s2"][c][m] += r.sum() * np.diag(conditional)
+            else:
+                stats["s2"][c] += (centred * r[:, None]).T @ centred
+                stats["s2"][c][np.ix_(m, m)] += r.sum() * conditional
+
+
+def _logsumexp_last(a: np.ndarray) -> np.ndarray:
+    """``log sum exp`` over the last axis (all ``-inf``: ``-inf``)."""
+    top = a.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore", under="ignore"):
+        return np.log(np.exp(a - top).sum(axis=-1)) + top[..., 0]
 
 
 def _shifted(log_density: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
