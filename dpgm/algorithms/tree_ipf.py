@@ -28,6 +28,7 @@ from dpgm.algorithms.result import log_iteration, parameter_change
 from dpgm.algorithms.tables import JointEngine, loglik_from_potentials
 from dpgm.inference.batched import BatchedTree
 from dpgm.inference.triangulation import build_tree
+from dpgm.models.markov import canonical_log_potentials
 from dpgm.potentials import Scope, expand, reduce_to
 
 __all__ = ["tree_ipf"]
@@ -117,7 +118,7 @@ def tree_ipf(
         times its absolute value (0, the default, turns this rule off).
     callback
         Called with each sweep's history record (``param_change``: the largest
-        absolute change of a log potential in the sweep).
+        absolute change of a log potential in the sweep, in canonical form).
     structure
         A junction tree of ``scopes`` (and the ``fixed`` scopes) built earlier by
         ``build_tree`` (EM's M step reuses one across iterations); built here if None.
@@ -133,6 +134,7 @@ def tree_ipf(
     runs inside its tree only (the trees' tables are independent marginals).
     """
     scopes = list(counts)
+    canonical = _canonical_form(list(scopes))
     n = float(next(iter(counts.values())).sum()) if counts else 0.0
     targets = {s: np.asarray(counts[s], dtype=float) / n for s in scopes}
     log_potentials = {s: (np.zeros(np.shape(counts[s])) if init is None else np.array(init[s], dtype=float))
@@ -169,7 +171,7 @@ def tree_ipf(
             "loglik": loglik,
             "change": change,
             "max_error": error,
-            "param_change": parameter_change(before, log_potentials),
+            "param_change": parameter_change(canonical(before), canonical(log_potentials)),
             "seconds": time.perf_counter() - start,
         })
         if error < tol or (loglik_tol > 0 and change is not None and abs(change) <= loglik_tol * abs(loglik)):
@@ -185,3 +187,16 @@ def grid_scopes(rows: int, columns: int) -> list[tuple[str, str]]:
     pairs = [(name[i][j], name[i][j + 1]) for i in range(rows) for j in range(columns - 1)]
     pairs += [(name[i][j], name[i + 1][j]) for i in range(rows - 1) for j in range(columns)]
     return pairs
+
+
+def _canonical_form(scopes: list) -> Callable[[dict], dict]:
+    """Log-potentials in the canonical form a fitted Markov network reports (:meth:`MarkovNetwork.canonical`,
+    the scopes in the model's order), where every entry is finite; as they are otherwise. A sweep's
+    ``param_change`` is measured on it: the raw potentials' split between overlapping scopes is arbitrary."""
+
+    def canonical(log_potentials: dict) -> dict:
+        if all(np.isfinite(t).all() for t in log_potentials.values()):
+            return canonical_log_potentials(scopes, log_potentials)
+        return log_potentials
+
+    return canonical
