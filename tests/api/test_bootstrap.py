@@ -19,31 +19,15 @@ import pandas as pd
 import pytest
 import scipy.stats
 import xarray as xr
+from poisson_oracle import oracle_weights
 
 import dpgm
 from dpgm.errors import ConfigError, ConfigTypeError
 
-_MASK = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _mix(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
 
 def _weights(n: int, replicate: int, random_state: int) -> np.ndarray:
-    """Replicate ``replicate``'s Poisson(1) weights of rows ``0 .. n - 1``, recomputed without dpgm: the
-    inverse distribution function at ``(m + 1/2) / 2**16``, ``m`` the 16 bits at bit ``16 * (replicate % 4)``
-    of output ``replicate // 4 + 1`` of the row's SplitMix64 generator."""
-    word, quarter = divmod(replicate, 4)
-    uniforms = []
-    for i in range(n):
-        seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
-        z = _mix((seed + (word + 1) * _GOLDEN) & _MASK)
-        uniforms.append((((z >> (16 * quarter)) & 0xFFFF) + 0.5) / 2.0**16)
-    return scipy.stats.poisson.ppf(np.array(uniforms), 1.0).astype(np.int64)
+    """Replicate ``replicate``'s weights of rows ``0 .. n - 1``, recomputed without dpgm (``tests/poisson_oracle.py``)."""
+    return oracle_weights(np.arange(n), replicate, random_state)
 
 
 def _with_weights(data: xr.Dataset, weights: np.ndarray) -> xr.Dataset:

@@ -28,35 +28,16 @@ import xarray as xr
 import yaml
 from cli_runs import error_line, run_dpgm, s3_server
 from conformance.builders import CASE_IDS, case_named
-from scipy.stats import poisson
+from poisson_oracle import oracle_weights
 
 import dpgm
 from dpgm.data import Schema
 from dpgm.spec import build_model
 
 REL = 1e-9
-_MASK = 2**64 - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _mix(z: int) -> int:
-    """SplitMix64's output function (Steele, Lea & Flood 2014), on Python integers mod 2**64."""
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
-
 def poisson_weights(n_rows: int, replicate: int, random_state: int) -> np.ndarray:
-    """Row ``i``'s Poisson(1) weight in ``replicate``: the inverse distribution function at ``(m + 1/2) / 2**16``,
-    ``m`` the 16 bits at bit ``16 * (replicate % 4)`` of the ``replicate // 4 + 1``-th SplitMix64 output of the
-    generator seeded with the row's hash."""
-    word, quarter = divmod(replicate, 4)
-    uniforms = []
-    for i in range(n_rows):
-        seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
-        m = (_mix((seed + (word + 1) * _GOLDEN) & _MASK) >> (16 * quarter)) & 0xFFFF
-        uniforms.append((m + 0.5) / 2**16)
-    return poisson.ppf(np.array(uniforms), 1.0)
+    """Rows ``0 .. n_rows - 1``'s weights in ``replicate``, recomputed without dpgm (``tests/poisson_oracle.py``)."""
+    return oracle_weights(np.arange(n_rows), replicate, random_state).astype(float)
 
 
 def _asia(tmp_path: Path, rows: int = 1500) -> xr.Dataset:

@@ -13,29 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.stats
+from poisson_oracle import oracle_weights
 
 from dpgm.stats.kernels import CountPlan
 from dpgm.stats.resample import poisson_weights, replicate_count_chunk
 
-_MASK = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _mix(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
 
 def _weights(positions: np.ndarray, replicate: int, random_state: int) -> np.ndarray:
-    """Replicate ``replicate``'s weights of the rows at ``positions``, recomputed without dpgm."""
-    word, quarter = divmod(replicate, 4)
-    uniforms = []
-    for i in positions.tolist():
-        seed = _mix((i + (random_state + 1) * _GOLDEN) & _MASK)
-        m = (_mix((seed + (word + 1) * _GOLDEN) & _MASK) >> (16 * quarter)) & 0xFFFF
-        uniforms.append((m + 0.5) / 2.0**16)
-    return scipy.stats.poisson.ppf(np.array(uniforms), 1.0).astype(np.int64)
+    return oracle_weights(positions, replicate, random_state)
 
 
 def _bincount_tables(codes: list[np.ndarray], plan: CountPlan, weights: np.ndarray) -> np.ndarray:
