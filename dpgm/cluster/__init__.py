@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
+from dpgm.cluster import worker_setup
 from dpgm.cluster.processes import (
     GRACE_SECONDS,
     INTERRUPTED_GRACE_SECONDS,
@@ -184,6 +185,7 @@ def connect(
                 dashboard_address=dashboard_address,
                 env=WORKER_ENV,
                 scheduler_kwargs={"preload": ["dpgm.dashboard"]},  # the dashboard's /dpgm page
+                preload=[worker_setup.__name__],  # the workers' logs as silent as silence_logs meant
                 **({"security": security} if security is not None else {}),
                 # a failing task reaches the driver as the one error it raises (a pass retries it first):
                 # the workers' own "Compute Failed" logs would only repeat it, traceback and all

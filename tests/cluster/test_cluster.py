@@ -89,3 +89,15 @@ def test_terminal_bar_is_drawn_for_long_passes_only(client, monkeypatch, capsys)
     assert "100% Completed" in capsys.readouterr().out
     assert cluster.compute(dask.delayed(sum)(parts), client=client, progress=True) == 10
     assert capsys.readouterr().out == ""
+
+
+def test_embedded_workers_log_critical_messages_only():
+    """The embedded cluster's worker processes keep every ``distributed`` logger (``distributed.core``'s
+    "Received 'close-stream'" included) to critical messages, as ``silence_logs`` means; the levels are
+    read in the worker processes themselves."""
+    import logging
+
+    with dpgm.connect(n_workers=1) as client:
+        levels = client.run(lambda: {name: logging.getLogger(name).getEffectiveLevel()
+                                     for name in ("distributed.core", "distributed.worker", "distributed.comm")})
+    assert [set(by_name.values()) for by_name in levels.values()] == [{logging.CRITICAL}], levels
