@@ -39,7 +39,11 @@ def score(
           variables absent from the data (latent ones) are summed out by the batched
           junction tree, the normaliser ``log Z`` of an undirected model subtracted;
         * hidden Markov model: one value per sequence (a row of the ``(row, time)``
-          variable), by the forward algorithm; missing steps (``-1``) summed out;
+          variable), by the forward algorithm; missing steps (``-1``) summed out. A
+          model fitted on the long layout (one row per step, ``sequence=``) reads that
+          layout and gives one value per sequence over the sequence-id variable,
+          labelled by the ids, in row order; a sequence crossing chunks is scored from
+          the scan over the chunk boundaries (the passes of the long E step);
         * Gaussian graphical model, linear-Gaussian network, Gaussian mixture: the log
           density of the row's observed coordinates (the marginal of the joint normal,
           or log-sum-exp over the components of each one's marginal); a row with no
@@ -67,7 +71,8 @@ def score(
     Returns
     -------
     xarray.DataArray
-        Lazy, over ``row``: one pass computes it. Its scalar coordinates (lazy too, computed
+        Lazy, over ``row`` (the long layout's HMM: over its sequence-id variable, the
+        ``rows`` being sequences): one pass computes it. Its scalar coordinates (lazy too, computed
         with the values by ``.compute()``, or alone by ``float(result.total)``) are the
         ``total`` log-likelihood ``sum w * loglik`` (weight 1 without a ``weight`` variable),
         the ``mean_per_row`` (``total / rows``) and the ``rows`` (``sum w``). ``attrs`` say
@@ -100,12 +105,19 @@ def score(
                         "dpgm.from_table makes weighted rows of it")
     kind = kind_of(model)
     values, attrs = kind.score(model, data)
+    dims, labels, what = ("row",), {}, "row"
+    if isinstance(values, xr.DataArray):  # one value per sequence of the long layout, labelled
+        dims, labels, what = values.dims, dict(values.coords), "sequence"
+        values = values.data
+        if write:
+            raise ValueError("write=True writes one score per row; the long layout's scores are one per sequence "
+                             f"(over {dims[0]!r}): save them with result.to_netcdf or .to_zarr")
     weights = data[WEIGHT].data if WEIGHT in data.data_vars else None
     summary = score_summary(values, weights)
     total, rows = summary[0], summary[1]
-    coords = {"total": total, "mean_per_row": total / rows, "rows": rows}
-    result = xr.DataArray(values, dims=("row",), name=name, coords=coords,
-                          attrs={"long_name": "log-likelihood of the row", "model": kind.name, **attrs})
+    coords = {**labels, "total": total, "mean_per_row": total / rows, "rows": rows}
+    result = xr.DataArray(values, dims=dims, name=name, coords=coords,
+                          attrs={"long_name": f"log-likelihood of the {what}", "model": kind.name, **attrs})
     if write:
         result = _write(result, data, client, progress)
     return result

@@ -106,28 +106,62 @@ def _family_tables(model: Any, observed: list[str]) -> Any:
     return FamilyTables(tuple(tables), tuple(columns), tuple(strides))
 
 
+def _sequence_checks(model: Any, data: xr.Dataset) -> Any:
+    """The model aligned to the data's labels, after the checks of its layout."""
+    schema = _schema(data)
+    if not model.is_fitted:
+        raise TypeError("score needs a fitted HiddenMarkovModel (its continuous emissions have no parameters)")
+    wanted = ("row",) if model.sequence is not None else ("row", "time")
+    for variable in [*model.variables, *([model.sequence] if model.sequence is not None else [])]:
+        if variable not in data.data_vars:
+            raise DataError(f"the sequence variable {variable!r} is not in the data; known: {sorted(schema)}",
+                            variable=variable)
+        if data[variable].dims != wanted:
+            raise DataError(f"must have dims {wanted!r} (the layout the model was fitted on), has "
+                            f"{data[variable].dims!r}", variable=variable)
+    model, _ = align(model, data, states=schema.states, variables=list(model.categorical_variables))
+    return model
+
+
 @_scorer
-def sequence_scores(model: Any, data: xr.Dataset) -> RowScores:
-    """A hidden Markov model's log-likelihood of each sequence (a row of its ``(row, time)`` variables)."""
+def _row_sequence_scores(model: Any, data: xr.Dataset) -> RowScores:
     from dpgm.api.hmm import restart_arrays
     from dpgm.inference.chain import sequence_logliks
     from dpgm.stats.scores import sequence_block
 
-    schema = _schema(data)
-    if not model.is_fitted:
-        raise TypeError("score needs a fitted HiddenMarkovModel (its continuous emissions have no parameters)")
     if model.sequence is not None:
-        raise ValueError("per-sequence scores of the long layout (one row per step) are not offered: the fit's "
-                         "loglik is the data's total; dpgm.predict_proba gives every step's posteriors")
-    for variable in model.variables:
-        if variable not in data.data_vars:
-            raise DataError(f"the sequence variable {variable!r} is not in the data; known: {sorted(schema)}",
-                            variable=variable)
-        if data[variable].dims != ("row", "time"):
-            raise DataError(f"must have dims ('row', 'time'), has {data[variable].dims!r}", variable=variable)
-    model, _ = align(model, data, states=schema.states, variables=list(model.categorical_variables))
+        raise ValueError("the long layout (one row per step) has no per-row scores: a sequence spans rows")
+    model = _sequence_checks(model, data)
     block = functools.partial(sequence_block, forward=sequence_logliks)
     return RowScores(list(model.variables), block, restart_arrays(model), {"summed_out": []})
+
+
+def sequence_scores(model: Any, data: xr.Dataset) -> tuple[Any, dict]:
+    """A hidden Markov model's log-likelihood of each sequence.
+
+    Sequences stored as rows of ``(row, time)`` variables: one value per row. The long
+    layout (``model.sequence`` set, one row per step): an ``xarray.DataArray`` over the
+    sequence-id variable, one value per sequence labelled by its id (a categorical id
+    variable: its label), in row order, from the passes of the long E step
+    (:func:`dpgm.stats.long_scores.long_sequence_scores`).
+    """
+    if model.sequence is None:
+        return _row_sequence_scores(model, data)
+    from dpgm.api.hmm import long_log_emission, restart_arrays
+    from dpgm.inference import FORWARD_BACKWARD
+    from dpgm.stats.long_scores import long_sequence_scores
+    from dpgm.stats.source import DataSource
+
+    model = _sequence_checks(model, data)
+    values, ids = long_sequence_scores(DataSource.of(data), list(model.variables), model.sequence,
+                                       restart_arrays(model), long_log_emission, segments=FORWARD_BACKWARD,
+                                       prefix=PREFIX)
+    labels = _schema(data).states.get(model.sequence)
+    coordinate = np.asarray(labels)[ids] if labels else ids
+    return xr.DataArray(values, dims=(model.sequence,), coords={model.sequence: coordinate}), {"summed_out": []}
+
+
+sequence_scores.parts = _row_sequence_scores.parts  # type: ignore[attr-defined]
 
 
 def _normal(data: xr.Dataset, variables: tuple[str, ...], kind: str, weights, means, covariances) -> RowScores:

@@ -226,3 +226,33 @@ def smooth_pieces(e, shift, runs, start, transition, continues_in, alpha_in, log
             for j in range(n):
                 start_counts[j] += gamma[a, j]
     return total
+
+
+@numba.njit(nogil=True, cache=True)
+def piece_logliks(e, shift, runs, start, transition, continues_in, alpha_in, log_in, out, size):
+    """The log-likelihood of each of the chunk's first ``len(out)`` pieces (the sequences that end in the chunk)
+    into ``out``, by the scaled forward filter; the first piece continues from ``alpha_in`` (the filtered
+    distribution before the chunk) and ``log_in`` (its sequence's log-likelihood so far) if ``continues_in``."""
+    n = len(size)
+    alpha = np.empty(n)
+    row = np.empty(n)
+    for r in range(len(out)):
+        a, b = runs[r], runs[r + 1]
+        head_in = continues_in and r == 0
+        log = log_in if head_in else 0.0
+        for j in range(n):
+            alpha[j] = alpha_in[j] if head_in else start[j]
+        running = 1.0
+        for t in range(a, b):
+            if log == -np.inf:
+                break
+            norm = _advance(alpha, transition, e[t], t > a or head_in, row, size)
+            if not norm > 0.0:
+                log = -np.inf
+                break
+            log += shift[t]
+            running *= norm
+            if running < TINY:
+                log += np.log(running)
+                running = 1.0
+        out[r] = log + np.log(running) if log > -np.inf else -np.inf

@@ -79,6 +79,7 @@ import numpy as np
 from dpgm.inference._segment_kernels import (
     forward_filter,
     operator_rows,
+    piece_logliks,
     scaled_emissions,
     smooth_pieces,
     state_size,
@@ -86,7 +87,7 @@ from dpgm.inference._segment_kernels import (
 
 __all__ = ["FORWARD_BACKWARD", "Boundary", "ChunkLinks", "ForwardBackward", "ForwardMessage", "Messages", "Operator",
            "boundary_operators", "combine_boundaries", "forward_backward_segments", "run_starts",
-           "split_forward_backward"]
+           "sequence_log_likelihoods", "split_forward_backward"]
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,33 @@ def forward_backward_segments(log_emission: np.ndarray, runs: np.ndarray, start:
     return float(loglik), gamma, start_counts, transition_counts * transition
 
 
+def sequence_log_likelihoods(log_emission: np.ndarray, runs: np.ndarray, start: np.ndarray, transition: np.ndarray,
+                             messages: Messages) -> np.ndarray:
+    """Pass 2 of scoring, for one chunk: the log-likelihood of every sequence that ends in it.
+
+    The forward filter alone, over the chunk's pieces but the last one if it continues in the
+    next chunk (that sequence is scored by the chunk where it ends); the first piece continues
+    from the incoming forward message, so a sequence crossing chunks gets the log-likelihood
+    of all its steps. The arguments are those of :func:`forward_backward_segments`.
+
+    Returns
+    -------
+    ndarray
+        ``(sequences ending in the chunk,)`` in row order (``-inf``: impossible); they add up to
+        the log-likelihood :func:`forward_backward_segments` returns.
+    """
+    start, transition = _floats(start, transition)
+    e, shift = scaled_emissions(log_emission)
+    n = e.shape[1]
+    runs = np.asarray(runs, dtype=np.int64)
+    forward = messages.forward
+    alpha_in = np.full(n, 1.0 / n) if forward is None else _floats(forward.distribution)[0]
+    out = np.empty(len(runs) - 1 - int(messages.log_backward is not None))
+    piece_logliks(e, shift, runs, start, transition, forward is not None, alpha_in,
+                  0.0 if forward is None else float(forward.log_likelihood), out, state_size(n))
+    return out
+
+
 def split_forward_backward(log_emission: np.ndarray, ids: np.ndarray, start: np.ndarray, transition: np.ndarray,
                            chunk_starts: Sequence[int]) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """The three steps in memory over rows cut at ``chunk_starts`` (the split E step without a cluster).
@@ -372,8 +400,9 @@ class ForwardBackward:
     inference. An instance holds nothing and pickles by reference to its class.
 
     ``boundary_operators`` (pass 1), ``combine_boundaries`` (driver), ``chunk_statistics``
-    (pass 2: log-likelihood, ``gamma``, start and transition counts) and ``per_row`` (pass 2
-    of a per-row map: ``gamma``, ``outputs(S) = S`` columns of ``dtype``).
+    (pass 2: log-likelihood, ``gamma``, start and transition counts), ``per_row`` (pass 2
+    of a per-row map: ``gamma``, ``outputs(S) = S`` columns of ``dtype``) and ``per_sequence``
+    (pass 2 of scoring: :func:`sequence_log_likelihoods`, one column).
     """
 
     dtype = np.dtype(np.float64)
@@ -392,6 +421,12 @@ class ForwardBackward:
                 messages: Messages) -> np.ndarray:
         """Each row's posterior state distribution ``(rows, S)``."""
         return forward_backward_segments(log_emission, runs, start, transition, messages)[1]
+
+    @staticmethod
+    def per_sequence(log_emission: np.ndarray, runs: np.ndarray, start: np.ndarray, transition: np.ndarray,
+                     messages: Messages) -> np.ndarray:
+        """The log-likelihood of each sequence that ends in the chunk, ``(sequences, 1)``."""
+        return sequence_log_likelihoods(log_emission, runs, start, transition, messages)[:, None]
 
 
 FORWARD_BACKWARD = ForwardBackward()

@@ -162,6 +162,8 @@ class SequenceLayout:
         Number of sequences.
     offset
         Number of the first chunk in the dataset (a layout of some rows, :meth:`select`).
+    ids
+        ``(n_sequences,)`` int64: every sequence's id in row order, if asked for (``sequence_layout(..., ids=True)``).
     """
 
     variable: str
@@ -171,6 +173,7 @@ class SequenceLayout:
     pieces: np.ndarray
     n_sequences: int
     offset: int = 0
+    ids: np.ndarray | None = None
 
     @property
     def continues_in(self) -> np.ndarray:
@@ -209,7 +212,8 @@ class SequenceLayout:
                 raise DataError(f"rows {rows[0]}-{rows[1]} {end} inside sequence {int(self.first[chunk])}: a block "
                                 "of rows for an E step must hold whole sequences", variable=self.variable,
                                 chunk=self.offset + chunk)
-        inner = replace(self, first=self.first[a:b], last=self.last[a:b], pieces=self.pieces[a:b], offset=self.offset + a)
+        inner = replace(self, first=self.first[a:b], last=self.last[a:b], pieces=self.pieces[a:b], offset=self.offset + a,
+                        ids=None)
         sequences = int(inner.pieces.sum() - inner.continues_in.sum())
         return replace(inner, starts=self.starts[a:b + 1], n_sequences=sequences)
 
@@ -334,10 +338,11 @@ def _rows(columns: Any, starts: tuple[int, ...], rows: tuple[int, int] | None) -
     return select_rows(columns, rows)
 
 
-def sequence_layout(source: DataSource, sequence: str) -> SequenceLayout:
+def sequence_layout(source: DataSource, sequence: str, *, ids: bool = False) -> SequenceLayout:
     """Check the sequence ids of a long-layout dataset and record where its sequences cross chunks.
 
-    One pass over the id column (two if the ids do not increase along the rows).
+    One pass over the id column (two if the ids do not increase along the rows and ``ids`` is
+    False). With ``ids``, every sequence's id reaches the driver (8 bytes per sequence).
 
     Parameters
     ----------
@@ -359,7 +364,7 @@ def sequence_layout(source: DataSource, sequence: str) -> SequenceLayout:
         lazy = map_reduce(columns, _layout_kernel, name="dpgm-sequences", shared=(sequence, 0, all_runs))
         return source.compute(lazy).ordered()
 
-    infos = run(False)
+    infos = run(ids)
     first = np.array([i[1] for i in infos], dtype=np.int64)
     last = np.array([i[2] for i in infos], dtype=np.int64)
     pieces = np.array([i[3] for i in infos], dtype=np.int64)
@@ -368,7 +373,9 @@ def sequence_layout(source: DataSource, sequence: str) -> SequenceLayout:
             infos = run(True)
         _check_contiguous(sequence, first, last, [i[5] for i in infos])
     layout = SequenceLayout(sequence, starts, first, last, pieces, 0)
-    return replace(layout, n_sequences=int(pieces.sum() - layout.continues_in.sum()))
+    found = (np.concatenate([i[5][0][int(j):] for i, j in zip(infos, layout.continues_in, strict=True)])
+             if ids else None)
+    return replace(layout, n_sequences=int(pieces.sum() - layout.continues_in.sum()), ids=found)
 
 
 @dataclass(frozen=True)

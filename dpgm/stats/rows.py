@@ -84,6 +84,7 @@ def row_map(
     token_parts: Sequence[Any] = (),
     dtype: Any = float,
     prefix: str = "dpgm-predict",
+    lengths: Sequence[int] | None = None,
 ) -> da.Array:
     """Lazy ``(row, outputs)`` array: ``block`` applied to the columns ``names`` of every chunk of ``data``.
 
@@ -109,11 +110,14 @@ def row_map(
         The result's dtype.
     prefix
         Readable prefix of the task keys.
+    lengths
+        How many rows each chunk's block returns, if not the chunk's rows (a quantity per
+        sequence of the long layout: :mod:`dpgm.stats.long_scores`).
 
     Returns
     -------
     dask.array.Array
-        ``(rows of data, outputs)``, one chunk per task, in row order.
+        ``(rows of data, outputs)`` (``(sum(lengths), outputs)``), one chunk per task, in row order.
 
     Raises
     ------
@@ -138,7 +142,12 @@ def row_map(
         arrays = [a.rechunk({0: chunks} | {i: -1 for i in range(1, a.ndim)}) for a in arrays]  # whole sequences
         sizes = np.asarray(chunks)
         source = [a.name for a in arrays]
-    token = tokenize(prefix, block, names, int(outputs), np.dtype(dtype).str, shared, list(token_parts), source)
+    if lengths is not None:
+        if len(lengths) != len(sizes):
+            raise ValueError(f"lengths has {len(lengths)} entries, the data {len(sizes)} chunks")
+        sizes = np.asarray(lengths)
+    token = tokenize(prefix, block, names, int(outputs), np.dtype(dtype).str, shared, list(token_parts), source,
+                     None if lengths is None else list(map(int, sizes)))
     if columns is not None:  # tasks that read the store, placed like dask.array's reading tasks
         parts = _reading_tasks(columns, block, shared, prefix, token)
     else:

@@ -17,7 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpgm.inference.segment_paths import split_viterbi
-from dpgm.inference.segments import split_forward_backward
+from dpgm.inference.segments import (
+    ChunkLinks,
+    boundary_operators,
+    combine_boundaries,
+    run_starts,
+    sequence_log_likelihoods,
+    split_forward_backward,
+)
 
 TOL = 1e-10
 
@@ -84,6 +91,43 @@ def test_impossible_sequence_has_minus_infinite_loglik_and_no_counts():
     np.testing.assert_allclose(gamma[:10], expected[1], rtol=0, atol=TOL)
     np.testing.assert_allclose(start_counts, expected[2], rtol=TOL)
     np.testing.assert_allclose(transition_counts, expected[3], rtol=TOL)
+
+
+def _split_scores(log_emission, ids, start, transition, chunk_starts) -> np.ndarray:
+    """Every sequence's log-likelihood by the three steps of scoring over rows cut at ``chunk_starts``."""
+    pieces = [(slice(a, b), run_starts(ids[a:b])) for a, b in zip(chunk_starts, chunk_starts[1:], strict=False)]
+    links = ChunkLinks.from_ids([ids[s.start] for s, _ in pieces], [ids[s.stop - 1] for s, _ in pieces],
+                                [len(r) == 2 for _, r in pieces])
+    boundaries = [boundary_operators(log_emission[s], r, start, transition, continues_in=bool(links.continues_in[c]),
+                                     continues_out=bool(links.continues_out[c])) for c, (s, r) in enumerate(pieces)]
+    messages = combine_boundaries(boundaries, links)
+    return np.concatenate([sequence_log_likelihoods(log_emission[s], r, start, transition, m)
+                           for (s, r), m in zip(pieces, messages, strict=True)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_states=st.integers(2, 4),
+       lengths=st.lists(st.integers(1, 40), min_size=1, max_size=6) | st.just([3000]),
+       cuts=st.lists(st.floats(0, 1), max_size=8), missing=st.sampled_from([0.0, 0.3]))
+def test_each_sequence_scores_as_its_whole_forward_pass_for_any_chunking(seed, n_states, lengths, cuts, missing):
+    """One log-likelihood per sequence, in row order, each the oracle's of that sequence alone (rel 1e-10;
+    every step missing: 0 up to one ulp per step), whichever chunk its last row falls in."""
+    rng = np.random.default_rng(seed)
+    log_emission, ids, start, transition = random_problem(rng, n_states, lengths, missing)
+    n = sum(lengths)
+    found = _split_scores(log_emission, ids, start, transition, sorted({0, n, *(int(c * n) for c in cuts)}))
+    expected = [oracle(log_emission[a:b], ids[a:b], start, transition)[0] for a, b in runs_of(ids)]
+    np.testing.assert_allclose(found, expected, rtol=TOL, atol=1e-15 * n)
+
+
+def test_an_impossible_sequence_scores_minus_infinity_and_the_others_theirs():
+    rng = np.random.default_rng(4)
+    log_emission, ids, start, transition = random_problem(rng, 2, [10, 12, 5], 0.0)
+    log_emission[15] = -np.inf  # inside the second sequence, which the chunking cuts
+    found = _split_scores(log_emission, ids, start, transition, [0, 5, 13, 16, 27])
+    assert found[1] == -np.inf
+    for i, (a, b) in enumerate([(0, 10), (22, 27)]):
+        np.testing.assert_allclose(found[2 * i], oracle(log_emission[a:b], ids[a:b], start, transition)[0], rtol=TOL)
 
 
 def _path_log_probability(log_emission, ids, start, transition, path) -> float:
