@@ -309,8 +309,9 @@ def score(model_path, data, name, report, overwrite, scheduler, scheduler_file, 
             lazy = xr.Dataset({c: ((), scores.coords[c].data) for c in SUMMARY})  # computed already with --write
             summary = {k: float(v) for k, v in compute(lazy, client=client, progress=progress()).data_vars.items()}
             seconds = time.perf_counter() - start
-        click.echo(f"total {summary['total']:.6f}  mean per row {summary['mean_per_row']:.6f}  "
-                   f"rows {summary['rows']:,.0f}")
+        unit = "row" if scores.dims == ("row",) else "sequence"  # a long-layout HMM: one value per sequence
+        click.echo(f"total {summary['total']:.6f}  mean per {unit} {summary['mean_per_row']:.6f}  "
+                   f"{unit}s {summary['rows']:,.0f}")
         if name:
             click.echo(f"wrote {name} ({ds.sizes['row']:,} rows) into {data}")
         if report:
