@@ -1,10 +1,14 @@
 """HMM Baum-Welch seconds per iteration vs N sequences: dpgm (in memory / 2-worker cluster) vs hmmlearn.
 
-Run: ``python -m benchmarks.hmm [--quick] [--sequences 1e3 1e4 1e5 1e6] [--emission gaussian]``
+Run: ``python -m benchmarks.hmm [--quick] [--sequences 1e3 1e4 1e5 1e6] [--emission gaussian]
+[--states 4] [--dimension 2] [--seed 0] [--name NAME]``
 (hmmlearn up to ``--hmmlearn-max``, default 1e5 sequences: it needs ~25 s per iteration there).
 ``--emission gaussian``: two continuous variables per step, a full-covariance Gaussian per state,
 against hmmlearn's ``GaussianHMM(covariance_type="full", covars_prior=0)``
-(``results/hmm_gaussian.md``).
+(``results/hmm_gaussian.md``). ``--states``, ``--dimension`` (Gaussian: variables per step)
+and ``--seed`` choose another setting: the truth's means, covariances and the start drawn
+from the seed (seed 0 with 4 states and 2 variables is the setting above); ``--name`` the
+results' file name (default ``hmm`` / ``hmm_gaussian``).
 
 Data: N sequences of length 50 from a 4-state, 6-symbol HMM (vectorized NumPy
 sampler, seed fixed), written to Zarr under /tmp for the cluster runs. All three
@@ -47,10 +51,27 @@ COVARIANCES = np.array([[[1.0, 0.3], [0.3, 0.8]], [[0.6, -0.2], [-0.2, 1.1]], [[
                         [[0.7, 0.2], [0.2, 0.7]]])
 STORE = Path("/tmp/dpgm-bench")
 N_STATES, SYMBOLS, LENGTH = 4, list("abcdef"), 50
+SEED = 0  # --seed: 0 is the setting above; another draws the Gaussian truth and the start from it
+
+
+def _setting(n_states: int, dimension: int, seed: int) -> None:
+    """Another setting: ``n_states`` states, ``dimension`` Gaussian variables, truth and start from ``seed``."""
+    global N_STATES, MEANS, COVARIANCES, SEED
+    N_STATES, SEED = n_states, seed
+    if (n_states, dimension, seed) == (4, 2, 0):
+        return
+    rng = np.random.default_rng(1000 + seed)
+    MEANS = rng.normal(0.0, 2.5, (n_states, dimension))
+    factors = rng.normal(0.0, 1.0, (n_states, dimension, dimension)) / np.sqrt(dimension)
+    COVARIANCES = factors @ factors.transpose(0, 2, 1) + 0.3 * np.eye(dimension)
+
+
+def _variables() -> list[str]:
+    return ["x", "y"] if MEANS.shape[1] == 2 else [f"x{i}" for i in range(MEANS.shape[1])]
 
 
 def _truth(seed: int = 0):
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + SEED)
     n, m = N_STATES, len(SYMBOLS)
     start = rng.dirichlet(np.full(n, 3.0))
     transition = rng.dirichlet(np.ones(n), n) * 0.5 + np.eye(n) * 0.5
@@ -61,19 +82,20 @@ def _truth(seed: int = 0):
 def _sample(n_sequences: int, seed: int = 1) -> np.ndarray:
     """Vectorized forward sampling: all sequences one time step at a time."""
     start, transition, emission = _truth()
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + SEED)
 
     def draw(probabilities):  # one categorical draw per row of ``probabilities``
         return (rng.random((len(probabilities), 1)) > np.cumsum(probabilities, axis=1)).sum(axis=1)
 
     gaussian = EMISSION == "gaussian"
-    codes = np.empty((n_sequences, LENGTH, 2) if gaussian else (n_sequences, LENGTH),
+    dimension = MEANS.shape[1]
+    codes = np.empty((n_sequences, LENGTH, dimension) if gaussian else (n_sequences, LENGTH),
                      dtype=np.float64 if gaussian else np.int8)
     factors = np.linalg.cholesky(COVARIANCES)
     state = draw(np.broadcast_to(start, (n_sequences, N_STATES)))
     for t in range(LENGTH):
         if gaussian:
-            codes[:, t] = MEANS[state] + np.einsum("nij,nj->ni", factors[state], rng.standard_normal((n_sequences, 2)))
+            codes[:, t] = MEANS[state] + np.einsum("nij,nj->ni", factors[state], rng.standard_normal((n_sequences, dimension)))
         else:
             codes[:, t] = np.minimum(draw(emission[state]), len(SYMBOLS) - 1)
         state = np.minimum(draw(transition[state]), N_STATES - 1)
@@ -82,25 +104,28 @@ def _sample(n_sequences: int, seed: int = 1) -> np.ndarray:
 
 def _dataset(codes: np.ndarray) -> xr.Dataset:
     if EMISSION == "gaussian":
-        return xr.Dataset({"x": (("row", "time"), codes[..., 0]), "y": (("row", "time"), codes[..., 1])})
+        return xr.Dataset({v: (("row", "time"), codes[..., i]) for i, v in enumerate(_variables())})
     return xr.Dataset({"obs": (("row", "time"), codes, {"states": SYMBOLS})})
 
 
 def _start():
     """The same random start for dpgm and hmmlearn."""
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(7 + SEED)
     if EMISSION == "categorical":
         return dpgm.hmm(N_STATES, SYMBOLS).randomized(rng)
-    structure = dpgm.hmm(N_STATES, emissions={("x", "y"): {"family": "gaussian", "covariance_type": "full"}})
+    variables = tuple(_variables())
+    structure = dpgm.hmm(N_STATES, emissions={variables: {"family": "gaussian", "covariance_type": "full"}})
     family = structure.emissions[0].with_arrays(MEANS + rng.normal(0, 0.7, MEANS.shape),
-                                                np.stack([np.eye(2) * 1.5] * N_STATES), structure.labels)
+                                                np.stack([np.eye(len(variables)) * 1.5] * N_STATES),
+                                                structure.labels)
     return structure.with_parameters(rng.dirichlet(np.ones(N_STATES)), rng.dirichlet(np.ones(N_STATES), N_STATES),
                                      [family])
 
 
 def _store(codes: np.ndarray) -> Path:
     n = codes.shape[0]
-    path = STORE / f"hmm_{EMISSION}_{n:.0e}_L{LENGTH}_s{N_STATES}_m{len(SYMBOLS)}.zarr".replace("+", "")
+    setting = "" if SEED == 0 and MEANS.shape[1] == 2 else f"_d{MEANS.shape[1]}_seed{SEED}"
+    path = STORE / f"hmm_{EMISSION}_{n:.0e}_L{LENGTH}_s{N_STATES}_m{len(SYMBOLS)}{setting}.zarr".replace("+", "")
     if not (path / ".done").exists():
         chunk_rows = int(min(max(n // 8, 1000), 200_000))
         dpgm.write_dataset(_dataset(codes), path, chunk_rows=chunk_rows)
@@ -209,8 +234,10 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 
 def _markdown(report: dict) -> str:
-    what = ("2 continuous variables per step (a full-covariance Gaussian per state; hmmlearn's GaussianHMM, "
-            "covars_prior=0)" if EMISSION == "gaussian" else f"{len(SYMBOLS)} symbols")
+    what = (f"{MEANS.shape[1]} continuous variables per step (a full-covariance Gaussian per state; hmmlearn's "
+            "GaussianHMM, covars_prior=0)" if EMISSION == "gaussian" else f"{len(SYMBOLS)} symbols")
+    if SEED:
+        what += f", truth and start drawn from seed {SEED}"
     lines = [f"# hmm: Baum-Welch, dpgm vs hmmlearn ({EMISSION} emissions)", "",
              f"{N_STATES} hidden states, {what}, sequences of length {LENGTH}, "
              f"{report['iterations']} iterations from the same start; BLAS/numba threads pinned to 1. "
@@ -241,16 +268,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iterations", type=int, help="Baum-Welch iterations (default 5; 3 with --quick)")
     parser.add_argument("--hmmlearn-max", type=float, default=1e5, help="largest N for hmmlearn")
     parser.add_argument("--emission", choices=["categorical", "gaussian"], default="categorical")
+    parser.add_argument("--states", type=int, default=4, help="hidden states")
+    parser.add_argument("--dimension", type=int, default=2, help="Gaussian variables per step")
+    parser.add_argument("--seed", type=int, default=0, help="another setting's truth and start (0: the default)")
+    parser.add_argument("--name", help="results/<name>.{json,md,png}")
     args = parser.parse_args(argv)
     global EMISSION
     EMISSION = args.emission
-    name = "hmm" if EMISSION == "categorical" else f"hmm_{EMISSION}"
+    _setting(args.states, args.dimension, args.seed)
+    name = args.name or ("hmm" if EMISSION == "categorical" else f"hmm_{EMISSION}")
     sizes = [int(x) for x in (args.sequences or ([1e3, 1e4] if args.quick else [1e3, 1e4, 1e5, 1e6]))]
     iterations = args.iterations or (3 if args.quick else 5)
     warnings.filterwarnings("ignore")
     STORE.mkdir(parents=True, exist_ok=True)
     rows = run(sizes, iterations, int(args.hmmlearn_max))
     report = {"benchmark": "hmm", "quick": args.quick, "iterations": iterations, "n_states": N_STATES,
+              "dimension": int(MEANS.shape[1]), "seed": SEED,
               "symbols": len(SYMBOLS), "length": LENGTH, "rows": rows,
               "notes": "BLAS/numba threads pinned to 1; the machine's 2 cores are shared with other sessions"}
     RESULTS.mkdir(parents=True, exist_ok=True)
