@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
     from dpgm.stats.source import DataSource
 
-__all__ = ["Counts", "check_table_sizes", "count_arrays", "counts", "maximal_scopes"]
+__all__ = ["Counts", "ReplicateCounts", "check_table_sizes", "count_arrays", "counts", "maximal_scopes",
+           "replicate_count_arrays"]
 
 
 class Counts(dict):
@@ -288,6 +289,48 @@ def _replicate_totals(source: DataSource, scopes: list, plan: CountPlan) -> dict
     every = source.memo_across(key, lambda: _all_replicates(source, plan))
     b = resampling.replicate
     return {"tables": every["tables"][:, b], "rows": every["rows"][b]}
+
+
+class ReplicateCounts(dict):
+    """Every bootstrap replicate's tables by scope: ``dict[tuple[str, ...], numpy.ndarray]``, each shaped
+    ``(replicates, *scope)`` (float64).
+
+    Attributes
+    ----------
+    n_rows
+        Each replicate's rows (its total weight), shaped ``(replicates,)``.
+    n_missing
+        Scope -> each replicate's weight left out of its table for a missing value.
+    """
+
+    n_rows: np.ndarray
+    n_missing: dict[tuple[str, ...], np.ndarray]
+
+
+def replicate_count_arrays(source: DataSource, scopes: Iterable[Sequence[str]]) -> ReplicateCounts:
+    """Every replicate's tables of ``scopes`` at once, for the replicate ``source`` of a Poisson bootstrap
+    (``source.resampling`` set): the (cells x replicates) tables of one kernel per chunk, shared with any
+    replicate's :func:`count_arrays` of the same scopes, as one array per scope with the replicates first."""
+    resampling = source.resampling
+    if resampling is None:
+        raise ValueError("replicate_count_arrays needs a replicate's source (source.resampling)")
+    scopes, maximal, plan = _count_plan(source, list(scopes))
+    key = ("replicate counts", plan, resampling.replicates, resampling.random_state)
+    every = source.memo_across(key, lambda: _all_replicates(source, plan))
+    offsets, states, replicates = plan.offsets, source.schema.states, resampling.replicates
+    tail = "\0replicate"  # the replicates' axis, last in the kernel's tables
+    extended = {scope: every["tables"][offsets[t]: offsets[t + 1]].reshape(*plan.extended_shape(t), replicates)
+                for t, scope in enumerate(maximal)}
+    result = ReplicateCounts()
+    result.n_rows = np.asarray(every["rows"], dtype=np.float64)
+    result.n_missing = {}
+    for scope in scopes:
+        source_scope = next(s for s in extended if set(scope) <= set(s))
+        table = reduce_to(extended[source_scope], (*source_scope, tail), (*scope, tail))
+        table = np.ascontiguousarray(np.moveaxis(table[tuple(slice(0, len(states[v])) for v in scope)], -1, 0))
+        result[scope] = table
+        result.n_missing[scope] = result.n_rows - table.reshape(replicates, -1).sum(axis=1)
+    return result
 
 
 def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
