@@ -104,7 +104,9 @@ def bayesian_network_replicates(model, source: DataSource, method, *, prior=None
     from one kernel per chunk (:func:`dpgm.stats.counts.replicate_count_arrays`) and are normalised
     together (:func:`~dpgm.algorithms.bayesian.replicate_estimates`); replicate ``b``'s tables and
     log-likelihood are :func:`fit_bayesian_network`'s on the data weighted by its Poisson weights.
-    ``goodness_of_fit`` is taken for the signature's sake (no replicate reports it).
+    The tables counted are those of :func:`fit_bayesian_network` (the saturated table too, with
+    ``goodness_of_fit``, where it is small): the fit on the data, its source's replicate -1, takes
+    its tables from the same kernel (no replicate reports a goodness of fit).
 
     Returns
     -------
@@ -125,7 +127,8 @@ def bayesian_network_replicates(model, source: DataSource, method, *, prior=None
                                                                equivalent_sample_size, pseudo_counts)
     states = source.states
     families = model.families
-    tables = replicate_count_arrays(source, families)
+    saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
+    tables = replicate_count_arrays(source, families + ([saturated] if saturated else []))
     for scope, missing in tables.n_missing.items():
         worst = int(np.argmax(missing))
         if missing[worst] > 1e-9 * max(float(tables.n_rows[worst]), 1.0):

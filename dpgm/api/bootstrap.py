@@ -15,6 +15,7 @@ together, and their components or states keep the estimate's labels.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -125,8 +126,6 @@ def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: i
                       stored: xr.Dataset | None = None) -> Any:
     """Replicate ``b``'s data source: its passes read ``data`` weighted by the replicate's Poisson weights, and
     its count tables come with every other replicate's from one kernel per chunk."""
-    import dataclasses
-
     from dpgm.stats.source import DataSource, Resampling
 
     source = DataSource.of(_replicate_data(data, b, random_state, chunks))
@@ -217,6 +216,9 @@ def bootstrap(
 
     together = _together(model, checked[0])
     if together is not None:  # every replicate's fit at once, from their stacked count tables
+        # the fit on the data takes its tables from the replicates' kernel (its replicate -1): one read per chunk
+        mine = dataclasses.replace(replicate(0).resampling, replicate=-1)
+        estimate_job = dataclasses.replace(estimate_job, base=dataclasses.replace(estimate_job.base, resampling=mine))
         replicate_job = FitJob(model, *checked, replicate(0), 0)
         return _closed_form(estimate_job, replicate_job, together, client, progress, replicates, random_state)
     if start_from_estimate:  # the replicates start where the estimate ended: two stages

@@ -283,7 +283,8 @@ def _totals(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
 
 def _replicate_totals(source: DataSource, scopes: list, plan: CountPlan) -> dict[str, np.ndarray]:
     """A bootstrap replicate's :func:`_totals`, sliced from every replicate's, counted in one kernel per chunk
-    (:func:`dpgm.stats.resample.replicate_count_chunk`) for all the replicates run side by side."""
+    (:func:`dpgm.stats.resample.replicate_count_chunk`) for all the replicates run side by side; replicate -1:
+    the data's own tables, counted by the same kernel."""
     resampling = source.resampling
     key = ("replicate counts", plan, resampling.replicates, resampling.random_state)
     every = source.memo_across(key, lambda: _all_replicates(source, plan))
@@ -319,10 +320,11 @@ def replicate_count_arrays(source: DataSource, scopes: Iterable[Sequence[str]]) 
     every = source.memo_across(key, lambda: _all_replicates(source, plan))
     offsets, states, replicates = plan.offsets, source.schema.states, resampling.replicates
     tail = "\0replicate"  # the replicates' axis, last in the kernel's tables
-    extended = {scope: every["tables"][offsets[t]: offsets[t + 1]].reshape(*plan.extended_shape(t), replicates)
+    extended = {scope: every["tables"][offsets[t]: offsets[t + 1], :replicates].reshape(*plan.extended_shape(t),
+                                                                                       replicates)
                 for t, scope in enumerate(maximal)}
     result = ReplicateCounts()
-    result.n_rows = np.asarray(every["rows"], dtype=np.float64)
+    result.n_rows = np.asarray(every["rows"][:replicates], dtype=np.float64)
     result.n_missing = {}
     for scope in scopes:
         source_scope = next(s for s in extended if set(scope) <= set(s))
@@ -334,8 +336,9 @@ def replicate_count_arrays(source: DataSource, scopes: Iterable[Sequence[str]]) 
 
 
 def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
-    """Every replicate's tables (cells x replicates) and rows, one kernel per chunk: chunks read directly from
-    the store where the data are its untouched columns, else through the dataset's arrays."""
+    """Every replicate's tables (cells x replicates) and rows, and last the data's own (weighted by their
+    ``weight`` alone), one kernel per chunk: chunks read directly from the store where the data are its
+    untouched columns, else through the dataset's arrays."""
     from dpgm.data.columns import zarr_columns
 
     resampling = source.resampling
@@ -374,7 +377,7 @@ def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, re
         positions = np.asarray(columns["_position"])
     else:
         positions = np.arange(starts[index], starts[index + 1], dtype=np.int64)
-    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index)
+    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index, own=True)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):

@@ -331,15 +331,33 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     target[x] += sums[x]
 
 
+@numba.njit(nogil=True, cache=True)
+def _own_counts(starts, weights, weighted, cells, table):
+    """Add each pattern's rows (their frequency weights, ``weighted``) to its cell of every table."""
+    n_patterns, n_tables = cells.shape
+    for p in range(n_patterns):
+        if weighted:
+            total = 0.0
+            for r in range(starts[p], starts[p + 1]):
+                total += weights[r]
+        else:
+            total = float(starts[p + 1] - starts[p])
+        for t in range(n_tables):
+            table[cells[p, t]] += total
+
+
 def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
-                          random_state: int, base: np.ndarray | None = None, chunk: int = 0) -> dict[str, np.ndarray]:
+                          random_state: int, base: np.ndarray | None = None, chunk: int = 0,
+                          own: bool = False) -> dict[str, np.ndarray]:
     """Every replicate's flat extended tables of one chunk (:mod:`dpgm.stats.kernels`' layout), in one kernel.
 
     Returns ``{"tables": (cells, replicates), "rows": (replicates,)}``: replicate ``b``'s
     column equals :func:`dpgm.stats.kernels.count_chunk` of the chunk weighted by
     ``poisson_weights(positions, b, random_state) * base``. The chunk's rows are grouped by
     their codes (:func:`_patterns`), and each group's weights summed before they are
-    added to the tables (:func:`_replicate_count_patterns`).
+    added to the tables (:func:`_replicate_count_patterns`). ``own``: one more column, last,
+    the chunk's own tables (its rows weighted by ``base`` alone, as :func:`~dpgm.stats.kernels.count_chunk`
+    counts them), from the same groups: the fit on the data needs no other read of the chunk.
     """
     from dpgm.stats.kernels import _check_codes, _stack
 
@@ -365,4 +383,12 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     rows = np.zeros((blocks, lanes), dtype=np.float64)
     _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows)
     tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * lanes)[:, :replicates]
-    return {"tables": tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
+    if not own:
+        return {"tables": tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
+    every = np.empty((int(offsets[-1]), replicates + 1), dtype=np.float64)
+    every[:, :replicates] = tables
+    mine = np.zeros(int(offsets[-1]), dtype=np.float64)
+    _own_counts(starts, weights, weighted, cells, mine)
+    every[:, replicates] = mine
+    total = float(weights.sum()) if weighted else float(n)
+    return {"tables": every, "rows": np.append(rows.reshape(-1)[:replicates], total)}

@@ -69,10 +69,10 @@ def test_bayesian_network_replicates_from_zarr_take_one_pass_and_equal_weighted_
         result = dpgm.bootstrap(model, stored, replicates=25, random_state=4, client=client, progress=False)
     n_chunks = len(stored.chunks["row"])
     assert result.passes == 1  # the fit on the data and 25 replicates
-    # every replicate's tables from one kernel per chunk, the estimate's from the plain count kernel, both
-    # reading the store's chunks themselves (no separate read tasks)
+    # every replicate's tables and the estimate's from one kernel per chunk, reading the store's chunks
+    # themselves (no separate read tasks, no count kernel of the estimate's own)
     kernels = Counter(key_split(task["key"]) for task in stream.data)
-    assert kernels["dpgm-replicate-counts-map"] == n_chunks == kernels["dpgm-counts-map"], kernels
+    assert kernels["dpgm-replicate-counts-map"] == n_chunks and kernels["dpgm-counts-map"] == 0, kernels
     assert not any(name.startswith("open_dataset") for name in kernels), kernels
     for b in (0, 13, 24):
         expected = dpgm.fit(model, _with_weights(data, _weights(2000, b, 4))).model
@@ -280,4 +280,11 @@ def test_replicates_fitted_together_equal_weighted_fits_with_empty_parent_config
                 np.testing.assert_array_equal(result.replicates["table:b"].isel(replicate=r).sel(a="rare").values,
                                               [0.5, 0.5])
     assert empty >= 3, empty  # P(both rare rows drawn 0) = e**-2: about 5 of 40
+    # the fit on the data, its tables from the same kernel: the plain fit of the data with their own weights
+    plain = dpgm.fit(model, data, method, **options)
+    for variable in model.variables:
+        np.testing.assert_allclose(result.estimate.model.cpds[variable].transpose(*model.cpds[variable].dims).values,
+                                   plain.model.cpds[variable].values, rtol=1e-12, atol=0)
+    assert result.estimate.loglik == pytest.approx(plain.loglik, rel=1e-12)
+    assert result.estimate.n_rows == pytest.approx(base.sum(), rel=1e-12)
     assert (result.replicates.converged.values.all() and (result.replicates.passes.values == 1).all())
