@@ -355,13 +355,16 @@ def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray
             starts = tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
         else:  # in memory: slices of the engine's choosing, each told its rows' positions
             arrays["_position"] = np.arange(int(data.sizes["row"]), dtype=np.int64)
+    # whole Poisson weights (at most 8 a row) add up exactly in int32 while 8 times all the rows stay below 2**31
+    integer = WEIGHT not in data.data_vars and 8 * int(data.sizes["row"]) < 2**31
     kernel = functools.partial(_replicate_kernel, plan=plan, replicates=resampling.replicates,
-                               random_state=resampling.random_state, starts=starts)
-    return source.compute(map_reduce(arrays, kernel, name="dpgm-replicate-counts"))
+                               random_state=resampling.random_state, starts=starts, integer=integer)
+    total = source.compute(map_reduce(arrays, kernel, name="dpgm-replicate-counts"))
+    return {"tables": np.asarray(total["tables"], dtype=np.float64), "rows": total["rows"]}
 
 
 def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, replicates: int,
-                      random_state: int, starts: tuple[int, ...] | None) -> dict[str, np.ndarray]:
+                      random_state: int, starts: tuple[int, ...] | None, integer: bool = False) -> dict[str, np.ndarray]:
     from dpgm.stats.resample import replicate_count_chunk
 
     weights = columns.get(WEIGHT) if hasattr(columns, "get") else None
@@ -377,7 +380,8 @@ def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, re
         positions = np.asarray(columns["_position"])
     else:
         positions = np.arange(starts[index], starts[index + 1], dtype=np.int64)
-    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index, own=True)
+    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index, own=True,
+                                 integer=integer)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):

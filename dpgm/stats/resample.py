@@ -353,7 +353,7 @@ def _own_counts(starts, weights, weighted, cells, table):
 
 def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
                           random_state: int, base: np.ndarray | None = None, chunk: int = 0,
-                          own: bool = False) -> dict[str, np.ndarray]:
+                          own: bool = False, integer: bool = False) -> dict[str, np.ndarray]:
     """Every replicate's flat extended tables of one chunk (:mod:`dpgm.stats.kernels`' layout), in one kernel.
 
     Returns ``{"tables": (cells, replicates), "rows": (replicates,)}``: replicate ``b``'s
@@ -363,6 +363,8 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     added to the tables (:func:`_replicate_count_patterns`). ``own``: one more column, last,
     the chunk's own tables (its rows weighted by ``base`` alone, as :func:`~dpgm.stats.kernels.count_chunk`
     counts them), from the same groups: the fit on the data needs no other read of the chunk.
+    ``integer`` (no ``base``): the tables as int32, exact, half the bytes to send and add up; the
+    caller makes sure no total over all its chunks reaches 2**31 (8 times its rows stay below it).
     """
     from dpgm.stats.kernels import _check_codes, _stack
 
@@ -388,12 +390,13 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     rows = np.zeros((blocks, lanes), dtype=np.float64)
     _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows)
     tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * lanes)[:, :replicates]
+    integer = integer and dtype == np.int32
     if not own:
-        return {"tables": tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
-    every = np.empty((int(offsets[-1]), replicates + 1), dtype=np.float64)
+        return {"tables": tables.copy() if integer else tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
+    every = np.empty((int(offsets[-1]), replicates + 1), dtype=np.int32 if integer else np.float64)
     every[:, :replicates] = tables
     mine = np.zeros(int(offsets[-1]), dtype=np.float64)
     _own_counts(starts, weights, weighted, cells, mine)
-    every[:, replicates] = mine
+    every[:, replicates] = mine  # whole counts below 2**31 when integer: exact
     total = float(weights.sum()) if weighted else float(n)
     return {"tables": every, "rows": np.append(rows.reshape(-1)[:replicates], total)}

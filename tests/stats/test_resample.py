@@ -81,6 +81,9 @@ def test_the_chunks_own_tables_come_last_with_own():
         if weights is None:
             np.testing.assert_array_equal(every["tables"][:, 7], _bincount_tables(codes, plan, mine))
             assert every["rows"][7] == n
+            whole = replicate_count_chunk(codes, positions, plan, 7, 2, None, own=True, integer=True)
+            assert whole["tables"].dtype == np.int32
+            np.testing.assert_array_equal(whole["tables"], every["tables"])
         else:
             np.testing.assert_allclose(every["tables"][:, 7], _bincount_tables(codes, plan, mine), rtol=1e-12)
             assert every["rows"][7] == pytest.approx(mine.sum(), rel=1e-12)
