@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ __all__ = [
     "family_loglik",
     "log_marginal_likelihood",
     "n_free_parameters",
+    "replicate_estimates",
 ]
 
 
@@ -65,6 +66,43 @@ def bayesian_network_estimate(
                               np.sqrt(estimate * (1 - estimate) / totals[v]), np.nan)
         errors[f"table:{v}"] = cpd.copy(deep=False, data=spread)
     return BayesianNetwork(cpds), {"empty_parent_configurations": empty, "standard_errors": errors}
+
+
+def replicate_estimates(counts: Sequence[np.ndarray], alphas: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Many fits' tables at once (bootstrap replicates): each family's counts normalised over the child's axis.
+
+    ``counts[f]`` holds family ``f``'s counts of every fit, shaped ``(fits, variable, *parents)``, and
+    ``alphas[f]`` its pseudo-counts shaped ``(variable, *parents)`` (zeros: the MLE). Fit ``b``'s tables
+    are :func:`bayesian_network_estimate`'s of ``counts[f][b]``, entry for entry: the column sums
+    are added up over the child's states in the same order as :meth:`dpgm.cpt.CPTLayout.normalize`, and
+    an empty parent configuration (no count, no pseudo-count) gets the uniform distribution.
+
+    Returns
+    -------
+    (list of numpy.ndarray, numpy.ndarray)
+        Each family's tables ``(fits, variable, *parents)``, and each fit's complete-data
+        log-likelihood :func:`family_loglik` (``sum n(x, u) log theta[x | u]``, 0 log 0 = 0).
+    """
+    tables, loglik = [], None
+    for n, alpha in zip(counts, alphas, strict=True):
+        n = np.asarray(n, dtype=np.float64)
+        total_counts = n + alpha
+        states = total_counts.shape[1]
+        total = total_counts[:, 0].copy()
+        for k in range(1, states):  # one state after another, as a bincount over the cells adds them
+            total += total_counts[:, k]
+        empty = total == 0
+        theta = total_counts / np.where(empty, 1.0, total)[:, None]
+        if empty.any():
+            theta = np.where(empty[:, None], 1.0 / float(states), theta)
+        tables.append(theta)
+        positive = n > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(positive, n * np.log(np.where(positive, theta, 1.0)), 0.0)
+        family = terms.reshape(terms.shape[0], -1).sum(axis=1)
+        loglik = family if loglik is None else loglik + family
+    fits = counts[0].shape[0] if counts else 0
+    return tables, np.zeros(fits) if loglik is None else loglik
 
 
 def _families(

@@ -7,6 +7,7 @@ import numbers
 from collections.abc import Sequence
 
 import numpy as np
+import xarray as xr
 
 from dpgm.algorithms.bayesian import (
     bayesian_network_estimate,
@@ -49,8 +50,10 @@ def _check_prior(prior, equivalent_sample_size) -> None:
         raise ValueError(f"equivalent_sample_size must be finite and positive, got {equivalent_sample_size!r}")
 
 
-def fit_bayesian_network(model, source: DataSource, method, *, prior=None, equivalent_sample_size=5.0,
-                          pseudo_counts=None, goodness_of_fit=True) -> FitResult:
+def _complete_data_fit(model, source: DataSource, method, prior, equivalent_sample_size, pseudo_counts):
+    """``(method, prior, model, order, pseudo_counts)`` of a complete-data fit: the method and prior checked
+    (``mle`` with a prior is ``bayes``; ``bayes`` without one BDeu), the model and the pseudo-counts in the
+    data's order of the labels."""
     methods = ("mle", "bayes")
     if method not in methods:
         raise ValueError(f"unknown method {method!r} for a BayesianNetwork; expected one of {methods} (or 'em')")
@@ -62,6 +65,14 @@ def fit_bayesian_network(model, source: DataSource, method, *, prior=None, equiv
     states = source.states
     model, order = align(model, source.data, states=states)
     pseudo_counts = order.tables(pseudo_counts, dict(zip(model.variables, model.families, strict=True)), states)
+    return method, prior, model, order, pseudo_counts
+
+
+def fit_bayesian_network(model, source: DataSource, method, *, prior=None, equivalent_sample_size=5.0,
+                          pseudo_counts=None, goodness_of_fit=True) -> FitResult:
+    method, prior, model, order, pseudo_counts = _complete_data_fit(model, source, method, prior,
+                                                                    equivalent_sample_size, pseudo_counts)
+    states = source.states
     families = model.families
     saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
     scopes = families + ([saturated] if saturated else [])
@@ -83,6 +94,54 @@ def fit_bayesian_network(model, source: DataSource, method, *, prior=None, equiv
     return order.restore(fit_result(estimate, method, loglik=family_loglik(estimate, tables),
                                     n_rows=float(tables.n_rows), n_params=n_params, info=info,
                                     log_marginal_likelihood=score, g2=g2, pearson=pearson, df=df))
+
+
+def bayesian_network_replicates(model, source: DataSource, method, *, prior=None, equivalent_sample_size=5.0,
+                                pseudo_counts=None, goodness_of_fit=True) -> tuple[dict[str, xr.DataArray], np.ndarray]:
+    """Every bootstrap replicate's complete-data fit at once, from their stacked family counts.
+
+    ``source`` is a replicate's (``source.resampling`` set): the counts of all the replicates come
+    from one kernel per chunk (:func:`dpgm.stats.counts.replicate_count_arrays`) and are normalised
+    together (:func:`~dpgm.algorithms.bayesian.replicate_estimates`); replicate ``b``'s tables and
+    log-likelihood are :func:`fit_bayesian_network`'s on the data weighted by its Poisson weights.
+    The tables counted are those of :func:`fit_bayesian_network` (the saturated table too, with
+    ``goodness_of_fit``, where it is small): the fit on the data, its source's replicate -1, takes
+    its tables from the same kernel (no replicate reports a goodness of fit).
+
+    Returns
+    -------
+    (dict, numpy.ndarray)
+        ``"table:<variable>"`` -> its tables over ``("replicate", variable, *parents)`` (the data's
+        labels), and each replicate's log-likelihood.
+
+    Raises
+    ------
+    DataError
+        Rows with missing values in a family (as :func:`dpgm.api.checks.complete_counts`).
+    """
+    from dpgm.algorithms.bayesian import replicate_estimates
+    from dpgm.cpt import pseudo_counts as family_pseudo_counts
+    from dpgm.stats.counts import replicate_count_arrays
+
+    method, prior, model, _, pseudo_counts = _complete_data_fit(model, source, method, prior,
+                                                               equivalent_sample_size, pseudo_counts)
+    states = source.states
+    families = model.families
+    saturated = saturated_scope(model.variables, states) if goodness_of_fit else None
+    tables = replicate_count_arrays(source, families + ([saturated] if saturated else []))
+    for scope, missing in tables.n_missing.items():
+        worst = int(np.argmax(missing))
+        if missing[worst] > 1e-9 * max(float(tables.n_rows[worst]), 1.0):
+            raise DataError(
+                f"{missing[worst]:,} rows have missing values in {scope!r} (replicate {worst}); complete-data "
+                "methods refuse them rather than drop them: fit with method='em'")
+    counts = [tables[f] for f in families]
+    alphas = [family_pseudo_counts(f, c.shape[1:], prior, equivalent_sample_size, (pseudo_counts or {}).get(f[0]))
+              for f, c in zip(families, counts, strict=True)]
+    estimates, loglik = replicate_estimates(counts, alphas)
+    labelled = {f"table:{f[0]}": xr.DataArray(theta, dims=("replicate", *f), coords={v: list(states[v]) for v in f})
+                for f, theta in zip(families, estimates, strict=True)}
+    return labelled, loglik
 
 
 def _family_plan(model: BayesianNetwork):

@@ -5,13 +5,17 @@ Replicate ``b`` is the model's own fit on the data weighted by ``weight * w[:, b
 ``random_state`` (:mod:`dpgm.stats.resample`), computed on the worker that reads the row.
 All replicates run side by side (:class:`~dpgm.api.shared_passes.SharedPasses`) with the
 fit on the data itself, their passes merged: a complete-data kind's ``B + 1`` fits take
-**one** pass together, whatever ``B``. EM replicates start from the fit on the data
+**one** pass together, whatever ``B``. Where the fit is in closed form on count tables (a
+Bayesian network's ``mle`` and ``bayes``), the replicates are not fitted one by one: their
+stacked (cells x ``B``) tables from that pass are normalised together, in a few NumPy
+operations per table. EM replicates start from the fit on the data
 (``init="model"``, where the method takes it): they take a few passes each, advance
 together, and their components or states keep the estimate's labels.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -122,8 +126,6 @@ def _replicate_source(data: xr.Dataset, b: int, replicates: int, random_state: i
                       stored: xr.Dataset | None = None) -> Any:
     """Replicate ``b``'s data source: its passes read ``data`` weighted by the replicate's Poisson weights, and
     its count tables come with every other replicate's from one kernel per chunk."""
-    import dataclasses
-
     from dpgm.stats.source import DataSource, Resampling
 
     source = DataSource.of(_replicate_data(data, b, random_state, chunks))
@@ -212,6 +214,13 @@ def bootstrap(
     def replicate(b: int) -> DataSource:
         return _replicate_source(data, b, replicates, random_state, chunks, stored)
 
+    together = _together(model, checked[0])
+    if together is not None:  # every replicate's fit at once, from their stacked count tables
+        # the fit on the data takes its tables from the replicates' kernel (its replicate -1): one read per chunk
+        mine = dataclasses.replace(replicate(0).resampling, replicate=-1)
+        estimate_job = dataclasses.replace(estimate_job, base=dataclasses.replace(estimate_job.base, resampling=mine))
+        replicate_job = FitJob(model, *checked, replicate(0), 0)
+        return _closed_form(estimate_job, replicate_job, together, client, progress, replicates, random_state)
     if start_from_estimate:  # the replicates start where the estimate ended: two stages
         (outcome,), passes = fit_together([estimate_job], client, progress)
         estimate = _unwrap(outcome, "the fit on the data")
@@ -226,6 +235,79 @@ def bootstrap(
         estimate = _unwrap(outcomes.pop(0), "the fit on the data")
     fits = [_unwrap(outcome, f"replicate {b}") for b, outcome in enumerate(outcomes)]
     return _result(estimate, fits, passes, random_state)
+
+
+def _together(model: Any, method: str) -> Any:
+    """The function fitting every replicate at once from their stacked count tables, where the fit is in closed
+    form on the counts (a Bayesian network's ``mle`` and ``bayes``); None: one fit per replicate."""
+    from dpgm.models.bayesian_network import BayesianNetwork
+
+    if isinstance(model, BayesianNetwork) and method in ("mle", "bayes"):
+        from dpgm.api.bayesian import bayesian_network_replicates
+
+        return bayesian_network_replicates
+    return None
+
+
+def _closed_form(estimate_job: Any, replicate_job: Any, together: Any, client: Any, progress: Any,
+                 replicates: int, random_state: int) -> BootstrapResult:
+    """The fit on the data and every replicate's (``together``, on replicate 0's source: its counts are every
+    replicate's), side by side: their passes merged, one in all."""
+    from dpgm.api.kinds import kind_of
+    from dpgm.api.options import check_sizes
+    from dpgm.api.shared_passes import SharedPasses
+
+    shared = SharedPasses(client, progress)
+    jobs = (estimate_job, replicate_job)
+    sources = [shared.source(job.base, index, group=job.group) for index, job in enumerate(jobs)]
+    for job, source in zip(jobs, sources, strict=True):
+        check_sizes(job.model, source, job.method, dict(job.options))
+    job = estimate_job
+    run = kind_of(job.model).methods[job.method].run
+    calls = [lambda: run(job.model, sources[0], job.method, tol=job.tol, max_iter=job.max_iter, callback=None,
+                         **job.options),
+             lambda: together(job.model, sources[1], job.method, **job.options)]
+    estimate_outcome, replicate_outcome = shared.run(calls)
+    estimate = _unwrap(estimate_outcome, "the fit on the data")
+    ok, value = replicate_outcome
+    if not ok:
+        if isinstance(value, Exception):
+            value.add_note("bootstrap: the replicates")
+        raise value
+    tables, loglik = value
+    return _stacked_result(estimate, tables, loglik, shared.passes, random_state)
+
+
+def _stacked_result(estimate: FitResult, tables: Mapping[str, xr.DataArray], loglik: np.ndarray, passes: int,
+                    random_state: int) -> BootstrapResult:
+    """:func:`_result` of replicates fitted together: ``tables`` over ``replicate`` first, by the estimate's
+    labels; each replicate converged in its one (shared) pass."""
+    from dpgm.models.parameters import parameter_tables
+
+    template = parameter_tables(estimate.model)
+    names = tuple(template)
+    variables: dict[str, Any] = {}
+    for name in names:
+        first = template[name]
+        table = tables[name]
+        if table.dims[1:] != first.dims:
+            table = table.transpose("replicate", *first.dims)
+        values = np.asarray(table.values)
+        for axis, dim in enumerate(first.dims, start=1):
+            if dim in first.indexes and not table.indexes[dim].equals(first.indexes[dim]):
+                values = np.take(values, table.indexes[dim].get_indexer(first.indexes[dim]), axis=axis)
+        variables[name] = xr.DataArray(values, dims=("replicate", *first.dims),
+                                       coords={d: first.coords[d] for d in first.dims if d in first.coords})
+    n = len(loglik)
+    variables["loglik"] = xr.DataArray(np.asarray(loglik, dtype=np.float64), dims=("replicate",),
+                                       attrs={"long_name": "the replicate's weighted log-likelihood"})
+    variables["converged"] = xr.DataArray(np.ones(n, dtype=bool), dims=("replicate",))
+    variables["passes"] = xr.DataArray(np.ones(n, dtype=np.int64), dims=("replicate",),
+                                       attrs={"long_name": "passes the replicate's fit asked for (shared)"})
+    dataset = xr.Dataset(variables).assign_coords(replicate=np.arange(n))
+    dataset.attrs.update({"random_state": random_state, "passes": passes, "method": estimate.method,
+                          "model": type(estimate.model).__name__})
+    return BootstrapResult(estimate, dataset, passes, random_state, names)
 
 
 def _unwrap(outcome: tuple[bool, Any], where: str) -> FitResult:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
     from dpgm.stats.source import DataSource
 
-__all__ = ["Counts", "check_table_sizes", "count_arrays", "counts", "maximal_scopes"]
+__all__ = ["Counts", "ReplicateCounts", "check_table_sizes", "count_arrays", "counts", "maximal_scopes",
+           "replicate_count_arrays"]
 
 
 class Counts(dict):
@@ -282,7 +283,8 @@ def _totals(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
 
 def _replicate_totals(source: DataSource, scopes: list, plan: CountPlan) -> dict[str, np.ndarray]:
     """A bootstrap replicate's :func:`_totals`, sliced from every replicate's, counted in one kernel per chunk
-    (:func:`dpgm.stats.resample.replicate_count_chunk`) for all the replicates run side by side."""
+    (:func:`dpgm.stats.resample.replicate_count_chunk`) for all the replicates run side by side; replicate -1:
+    the data's own tables, counted by the same kernel."""
     resampling = source.resampling
     key = ("replicate counts", plan, resampling.replicates, resampling.random_state)
     every = source.memo_across(key, lambda: _all_replicates(source, plan))
@@ -290,9 +292,53 @@ def _replicate_totals(source: DataSource, scopes: list, plan: CountPlan) -> dict
     return {"tables": every["tables"][:, b], "rows": every["rows"][b]}
 
 
+class ReplicateCounts(dict):
+    """Every bootstrap replicate's tables by scope: ``dict[tuple[str, ...], numpy.ndarray]``, each shaped
+    ``(replicates, *scope)`` (float64).
+
+    Attributes
+    ----------
+    n_rows
+        Each replicate's rows (its total weight), shaped ``(replicates,)``.
+    n_missing
+        Scope -> each replicate's weight left out of its table for a missing value.
+    """
+
+    n_rows: np.ndarray
+    n_missing: dict[tuple[str, ...], np.ndarray]
+
+
+def replicate_count_arrays(source: DataSource, scopes: Iterable[Sequence[str]]) -> ReplicateCounts:
+    """Every replicate's tables of ``scopes`` at once, for the replicate ``source`` of a Poisson bootstrap
+    (``source.resampling`` set): the (cells x replicates) tables of one kernel per chunk, shared with any
+    replicate's :func:`count_arrays` of the same scopes, as one array per scope with the replicates first."""
+    resampling = source.resampling
+    if resampling is None:
+        raise ValueError("replicate_count_arrays needs a replicate's source (source.resampling)")
+    scopes, maximal, plan = _count_plan(source, list(scopes))
+    key = ("replicate counts", plan, resampling.replicates, resampling.random_state)
+    every = source.memo_across(key, lambda: _all_replicates(source, plan))
+    offsets, states, replicates = plan.offsets, source.schema.states, resampling.replicates
+    tail = "\0replicate"  # the replicates' axis, last in the kernel's tables
+    extended = {scope: every["tables"][offsets[t]: offsets[t + 1], :replicates].reshape(*plan.extended_shape(t),
+                                                                                       replicates)
+                for t, scope in enumerate(maximal)}
+    result = ReplicateCounts()
+    result.n_rows = np.asarray(every["rows"][:replicates], dtype=np.float64)
+    result.n_missing = {}
+    for scope in scopes:
+        source_scope = next(s for s in extended if set(scope) <= set(s))
+        table = reduce_to(extended[source_scope], (*source_scope, tail), (*scope, tail))
+        table = np.ascontiguousarray(np.moveaxis(table[tuple(slice(0, len(states[v])) for v in scope)], -1, 0))
+        result[scope] = table
+        result.n_missing[scope] = result.n_rows - table.reshape(replicates, -1).sum(axis=1)
+    return result
+
+
 def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray]:
-    """Every replicate's tables (cells x replicates) and rows, one kernel per chunk: chunks read directly from
-    the store where the data are its untouched columns, else through the dataset's arrays."""
+    """Every replicate's tables (cells x replicates) and rows, and last the data's own (weighted by their
+    ``weight`` alone), one kernel per chunk: chunks read directly from the store where the data are its
+    untouched columns, else through the dataset's arrays."""
     from dpgm.data.columns import zarr_columns
 
     resampling = source.resampling
@@ -309,13 +355,16 @@ def _all_replicates(source: DataSource, plan: CountPlan) -> dict[str, np.ndarray
             starts = tuple(int(x) for x in np.concatenate([[0], np.cumsum(chunks)]))
         else:  # in memory: slices of the engine's choosing, each told its rows' positions
             arrays["_position"] = np.arange(int(data.sizes["row"]), dtype=np.int64)
+    # whole Poisson weights (at most 8 a row) add up exactly in int32 while 8 times all the rows stay below 2**31
+    integer = WEIGHT not in data.data_vars and 8 * int(data.sizes["row"]) < 2**31
     kernel = functools.partial(_replicate_kernel, plan=plan, replicates=resampling.replicates,
-                               random_state=resampling.random_state, starts=starts)
-    return source.compute(map_reduce(arrays, kernel, name="dpgm-replicate-counts"))
+                               random_state=resampling.random_state, starts=starts, integer=integer)
+    total = source.compute(map_reduce(arrays, kernel, name="dpgm-replicate-counts"))
+    return {"tables": np.asarray(total["tables"], dtype=np.float64), "rows": total["rows"]}
 
 
 def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, replicates: int,
-                      random_state: int, starts: tuple[int, ...] | None) -> dict[str, np.ndarray]:
+                      random_state: int, starts: tuple[int, ...] | None, integer: bool = False) -> dict[str, np.ndarray]:
     from dpgm.stats.resample import replicate_count_chunk
 
     weights = columns.get(WEIGHT) if hasattr(columns, "get") else None
@@ -331,7 +380,8 @@ def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, re
         positions = np.asarray(columns["_position"])
     else:
         positions = np.arange(starts[index], starts[index + 1], dtype=np.int64)
-    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index)
+    return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index, own=True,
+                                 integer=integer)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):

@@ -159,16 +159,22 @@ def _key_words(cardinalities: Sequence[int]) -> tuple[np.ndarray, int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _slot_table(hashes, capacity):
-    """An open-addressing table of ``capacity`` slots holding patterns ``0 .. len(hashes) - 1`` by their hashes:
-    a slot holds the hash's top 32 bits and the pattern + 1 (0: empty)."""
+def _slot_table(keys, capacity):
+    """An open-addressing table of ``capacity`` slots holding patterns ``0 .. len(keys) - 1`` by their keys: a
+    slot is the pattern + 1 (0: empty) followed by its key's words, so a probe reads one place."""
+    n_words = keys.shape[1]
     mask = np.uint64(capacity - 1)
-    slots = np.zeros(capacity, dtype=np.uint64)
-    for p in range(hashes.shape[0]):
-        slot = hashes[p] & mask
-        while slots[slot] != 0:
+    slots = np.zeros((capacity, n_words + 1), dtype=np.uint64)
+    for p in range(keys.shape[0]):
+        h = np.uint64(_GOLDEN)
+        for k in range(n_words):
+            h = _mix(h ^ keys[p, k])
+        slot = h & mask
+        while slots[slot, 0] != 0:
             slot = (slot + np.uint64(1)) & mask
-        slots[slot] = (hashes[p] >> np.uint64(32) << np.uint64(32)) | np.uint64(p + 1)
+        slots[slot, 0] = np.uint64(p + 1)
+        for k in range(n_words):
+            slots[slot, k + 1] = keys[p, k]
     return slots
 
 
@@ -182,14 +188,11 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
     n_variables, n = codes.shape
     n_tables = scope_starts.shape[0] - 1
     pattern = np.empty(n, dtype=np.int64)
-    size = np.zeros(n, dtype=np.int64)
     cells = np.empty((n, n_tables), dtype=np.int64)
     pattern_keys = np.empty((n, n_words), dtype=np.uint64)
-    pattern_hashes = np.empty(n, dtype=np.uint64)
     capacity = 4096
-    slots = np.zeros(capacity, dtype=np.uint64)
+    slots = np.zeros((capacity, n_words + 1), dtype=np.uint64)
     mask = np.uint64(capacity - 1)
-    high = np.uint64(0xFFFFFFFF00000000)
     keys = np.empty((max(n_words, 1), ROW_BLOCK), dtype=np.uint64)
     hashes = np.empty(ROW_BLOCK, dtype=np.uint64)
     block_cells = np.empty((n_tables, ROW_BLOCK), dtype=np.int64)
@@ -224,35 +227,37 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                     cell[r] += weight * (cardinality if c < 0 else c)
                 weight *= cardinality + 1
         for r in range(m):
-            h = hashes[r]
-            slot = h & mask
+            slot = hashes[r] & mask
             while True:
-                entry = slots[slot]
+                entry = slots[slot, 0]
                 if entry == 0:  # a new pattern: its key, and its cells from the row's codes
                     p = found
                     found += 1
-                    pattern_keys[p] = keys[:n_words, r]
-                    pattern_hashes[p] = h
+                    for k in range(n_words):
+                        pattern_keys[p, k] = keys[k, r]
                     for t in range(n_tables):
                         cells[p, t] = block_cells[t, r]
                     if 2 * found > capacity:  # at most half full: grow
                         capacity *= 2
                         mask = np.uint64(capacity - 1)
-                        slots = _slot_table(pattern_hashes[:found], capacity)
+                        slots = _slot_table(pattern_keys[:found], capacity)
                     else:
-                        slots[slot] = (h & high) | np.uint64(p + 1)
+                        slots[slot, 0] = np.uint64(p + 1)
+                        for k in range(n_words):
+                            slots[slot, k + 1] = keys[k, r]
                     break
-                if (entry & high) == (h & high):
-                    p = np.int64(entry & ~high) - 1
-                    same = True
-                    for k in range(n_words):
-                        same &= pattern_keys[p, k] == keys[k, r]
-                    if same:
-                        break
+                same = True
+                for k in range(n_words):
+                    same &= slots[slot, k + 1] == keys[k, r]
+                if same:
+                    p = np.int64(entry) - 1
+                    break
                 slot = (slot + np.uint64(1)) & mask
             pattern[start + r] = p
-            size[p] += 1
-    return pattern, size[:found], cells[:found]
+    size = np.zeros(found, dtype=np.int64)
+    for r in range(n):  # the patterns' rows, counted after the probes: no dependence between these additions
+        size[pattern[r]] += 1
+    return pattern, size, cells[:found]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -331,15 +336,35 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     target[x] += sums[x]
 
 
+@numba.njit(nogil=True, cache=True)
+def _own_counts(starts, weights, weighted, cells, table):
+    """Add each pattern's rows (their frequency weights, ``weighted``) to its cell of every table."""
+    n_patterns, n_tables = cells.shape
+    for p in range(n_patterns):
+        if weighted:
+            total = 0.0
+            for r in range(starts[p], starts[p + 1]):
+                total += weights[r]
+        else:
+            total = float(starts[p + 1] - starts[p])
+        for t in range(n_tables):
+            table[cells[p, t]] += total
+
+
 def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
-                          random_state: int, base: np.ndarray | None = None, chunk: int = 0) -> dict[str, np.ndarray]:
+                          random_state: int, base: np.ndarray | None = None, chunk: int = 0,
+                          own: bool = False, integer: bool = False) -> dict[str, np.ndarray]:
     """Every replicate's flat extended tables of one chunk (:mod:`dpgm.stats.kernels`' layout), in one kernel.
 
     Returns ``{"tables": (cells, replicates), "rows": (replicates,)}``: replicate ``b``'s
     column equals :func:`dpgm.stats.kernels.count_chunk` of the chunk weighted by
     ``poisson_weights(positions, b, random_state) * base``. The chunk's rows are grouped by
     their codes (:func:`_patterns`), and each group's weights summed before they are
-    added to the tables (:func:`_replicate_count_patterns`).
+    added to the tables (:func:`_replicate_count_patterns`). ``own``: one more column, last,
+    the chunk's own tables (its rows weighted by ``base`` alone, as :func:`~dpgm.stats.kernels.count_chunk`
+    counts them), from the same groups: the fit on the data needs no other read of the chunk.
+    ``integer`` (no ``base``): the tables as int32, exact, half the bytes to send and add up; the
+    caller makes sure no total over all its chunks reaches 2**31 (8 times its rows stay below it).
     """
     from dpgm.stats.kernels import _check_codes, _stack
 
@@ -365,4 +390,13 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     rows = np.zeros((blocks, lanes), dtype=np.float64)
     _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows)
     tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * lanes)[:, :replicates]
-    return {"tables": tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
+    integer = integer and dtype == np.int32
+    if not own:
+        return {"tables": tables.copy() if integer else tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
+    every = np.empty((int(offsets[-1]), replicates + 1), dtype=np.int32 if integer else np.float64)
+    every[:, :replicates] = tables
+    mine = np.zeros(int(offsets[-1]), dtype=np.float64)
+    _own_counts(starts, weights, weighted, cells, mine)
+    every[:, replicates] = mine  # whole counts below 2**31 when integer: exact
+    total = float(weights.sum()) if weighted else float(n)
+    return {"tables": every, "rows": np.append(rows.reshape(-1)[:replicates], total)}

@@ -43,7 +43,8 @@ class Resampling:
     data
         The data before the replicate's weights (its own ``weight`` variable, if any, kept).
     replicate, replicates
-        This replicate and their number.
+        This replicate and their number; replicate -1 is the data themselves (weighted by their own
+        ``weight`` alone), whose tables the replicates' kernel counts too.
     random_state
         Seed of the Poisson weights.
     stored

@@ -69,10 +69,10 @@ def test_bayesian_network_replicates_from_zarr_take_one_pass_and_equal_weighted_
         result = dpgm.bootstrap(model, stored, replicates=25, random_state=4, client=client, progress=False)
     n_chunks = len(stored.chunks["row"])
     assert result.passes == 1  # the fit on the data and 25 replicates
-    # every replicate's tables from one kernel per chunk, the estimate's from the plain count kernel, both
-    # reading the store's chunks themselves (no separate read tasks)
+    # every replicate's tables and the estimate's from one kernel per chunk, reading the store's chunks
+    # themselves (no separate read tasks, no count kernel of the estimate's own)
     kernels = Counter(key_split(task["key"]) for task in stream.data)
-    assert kernels["dpgm-replicate-counts-map"] == n_chunks == kernels["dpgm-counts-map"], kernels
+    assert kernels["dpgm-replicate-counts-map"] == n_chunks and kernels["dpgm-counts-map"] == 0, kernels
     assert not any(name.startswith("open_dataset") for name in kernels), kernels
     for b in (0, 13, 24):
         expected = dpgm.fit(model, _with_weights(data, _weights(2000, b, 4))).model
@@ -229,3 +229,62 @@ def test_every_replicates_tables_in_one_kernel_equal_bincount_with_its_weights()
                 expected.append(np.bincount(cell, weights=w, minlength=size))
             np.testing.assert_allclose(every["tables"][:, b], np.concatenate(expected), rtol=1e-12)
             assert every["rows"][b] == pytest.approx(w.sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize(("method", "options"), [
+    ("mle", {}),
+    ("bayes", {"prior": "BDeu", "equivalent_sample_size": 3.0}),
+    ("bayes", {"prior": "dirichlet", "pseudo_counts": {"a": 0.5, "b": 2.0, "c": 0.25}}),
+])
+def test_replicates_fitted_together_equal_weighted_fits_with_empty_parent_configurations(tmp_path, client, method,
+                                                                                          options):
+    """Every replicate of a Bayesian network's closed-form fit (all fitted at once from the stacked count tables)
+    against a plain weighted ``dpgm.fit`` with its oracle weights times the data's own: tables (rel 1e-12; a parent
+    configuration with no weight in a replicate is uniform under the MLE, as in the plain fit) and log-likelihood
+    (rel 1e-12). The model's labels of ``b`` are in the reverse of the data's order."""
+    rng = np.random.default_rng(11)
+    n = 400
+    a = rng.choice(["x", "y"], n).astype(object)
+    a[[17, 230]] = "rare"  # two rows: some replicates draw neither
+    b = np.where(rng.random(n) < np.where(a == "x", 0.8, 0.3), "on", "off")
+    c = rng.choice(["p", "q", "r"], n)
+    frame = pd.DataFrame({"a": a, "b": b, "c": c})
+    base = rng.integers(1, 4, n).astype(np.float64)
+    weighted = dpgm.from_pandas(frame).assign(weight=xr.DataArray(base, dims=("row",)))
+    dpgm.write_dataset(weighted, tmp_path / "abc.zarr", chunk_rows=90)
+    stored = dpgm.open_dataset(tmp_path / "abc.zarr")
+    data = stored.compute()
+    states = {v: list(data[v].attrs.get("states", [])) or sorted(set(frame[v])) for v in "abc"}
+    states["b"] = states["b"][::-1]
+    model = dpgm.BayesianNetwork.from_edges([("a", "b"), ("a", "c"), ("b", "c")], states)
+    replicates = 40
+    result = dpgm.bootstrap(model, stored, replicates=replicates, random_state=9, method=method, options=options,
+                            client=client, progress=False)
+    assert result.passes == 1
+    assert result.replicates["table:b"].dims == ("replicate", *model.cpds["b"].dims)
+    empty = 0
+    for r in range(replicates):
+        w = _weights(n, r, 9)
+        expected = dpgm.fit(model, data.assign(weight=xr.DataArray(w * base, dims=("row",))), method, **options)
+        for variable in model.variables:
+            got = result.replicates[f"table:{variable}"].isel(replicate=r)
+            want = expected.model.cpds[variable]
+            assert got.dims == want.dims
+            for dim in want.dims:
+                assert list(got[dim].values) == list(want[dim].values)
+            np.testing.assert_allclose(got.values, want.values, rtol=1e-12, atol=0)
+        assert float(result.replicates.loglik[r]) == pytest.approx(expected.loglik, rel=1e-12)
+        if w[a == "rare"].sum() == 0:
+            empty += 1
+            if method == "mle":  # no row of a = rare: b and c given it uniform
+                np.testing.assert_array_equal(result.replicates["table:b"].isel(replicate=r).sel(a="rare").values,
+                                              [0.5, 0.5])
+    assert empty >= 3, empty  # P(both rare rows drawn 0) = e**-2: about 5 of 40
+    # the fit on the data, its tables from the same kernel: the plain fit of the data with their own weights
+    plain = dpgm.fit(model, data, method, **options)
+    for variable in model.variables:
+        np.testing.assert_allclose(result.estimate.model.cpds[variable].transpose(*model.cpds[variable].dims).values,
+                                   plain.model.cpds[variable].values, rtol=1e-12, atol=0)
+    assert result.estimate.loglik == pytest.approx(plain.loglik, rel=1e-12)
+    assert result.estimate.n_rows == pytest.approx(base.sum(), rel=1e-12)
+    assert (result.replicates.converged.values.all() and (result.replicates.passes.values == 1).all())

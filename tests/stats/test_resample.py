@@ -63,6 +63,32 @@ def test_replicates_in_two_blocks_with_missing_codes_and_frequency_weights():
         _assert_replicates(every, codes, plan, positions, 9, (0, 3, 255, 256, 299, 300), weights)
 
 
+def test_the_chunks_own_tables_come_last_with_own():
+    """``own=True``: one more column, the chunk's tables weighted by its frequency weights alone (by
+    ``np.bincount``), the replicates' columns unchanged."""
+    rng = np.random.default_rng(5)
+    n = 2000
+    codes = [rng.integers(-1, 3, n).astype(np.int8), rng.integers(0, 2, n).astype(np.int8),
+             rng.integers(-1, 4, n).astype(np.int16)]
+    plan = CountPlan(("a", "b", "c"), (3, 2, 4), ((0, 1), (1, 2), (2,)))
+    positions = np.arange(300, 300 + n)
+    base = rng.gamma(2.0, size=n)
+    for weights in (None, base):
+        every = replicate_count_chunk(codes, positions, plan, 7, 2, weights, own=True)
+        assert every["tables"].shape == (int(plan.offsets[-1]), 8) and every["rows"].shape == (8,)
+        _assert_replicates(every, codes, plan, positions, 2, range(7), weights)
+        mine = np.ones(n) if weights is None else weights
+        if weights is None:
+            np.testing.assert_array_equal(every["tables"][:, 7], _bincount_tables(codes, plan, mine))
+            assert every["rows"][7] == n
+            whole = replicate_count_chunk(codes, positions, plan, 7, 2, None, own=True, integer=True)
+            assert whole["tables"].dtype == np.int32
+            np.testing.assert_array_equal(whole["tables"], every["tables"])
+        else:
+            np.testing.assert_allclose(every["tables"][:, 7], _bincount_tables(codes, plan, mine), rtol=1e-12)
+            assert every["rows"][7] == pytest.approx(mine.sum(), rel=1e-12)
+
+
 def test_patterns_of_more_rows_than_the_uint16_lanes_hold_at_once():
     """140,000 rows in 3 patterns: two of about 69,000 rows, whose weights add up past 2**16 - 1."""
     rng = np.random.default_rng(2)
