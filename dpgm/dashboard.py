@@ -235,9 +235,10 @@ class FitLog:
                 fit[key] = event[key]
         if event.get("iteration") is not None:
             restart = fit["restarts"].setdefault(
-                int(event.get("restart", 0)), {"iteration": [], "loglik": [], "latest": {}})
+                int(event.get("restart", 0)), {"iteration": [], "loglik": [], "gap": [], "latest": {}})
             restart["iteration"].append(event["iteration"])
             restart["loglik"].append(event.get("loglik"))
+            restart["gap"].append(event.get("gap"))  # EM's estimated distance to the maximum (None: none)
             restart["latest"] = {k: v for k, v in event.items() if k not in ("fit", "method", "model", "status")}
         self.version += 1
 
@@ -251,7 +252,7 @@ class FitLog:
         return [
             {**{k: v for k, v in fit.items() if k != "restarts"},
              "restarts": [{"restart": r, "iteration": list(p["iteration"]), "loglik": list(p["loglik"]),
-                           "latest": dict(p["latest"])} for r, p in sorted(fit["restarts"].items())]}
+                           "gap": list(p["gap"]), "latest": dict(p["latest"])} for r, p in sorted(fit["restarts"].items())]}
             for fit in self.fits.values()
         ]
 
@@ -352,7 +353,7 @@ def _serve_page(scheduler: Scheduler, application: Any, prefix: str) -> None:
 COLUMNS = [
     ("fit", "fit"), ("method", "method"), ("status", "status"), ("restart", "restart"),
     ("iteration", "iteration"), ("points", "points"), ("loglik", "log-likelihood"), ("change", "Δ log-lik"),
-    ("param_change", "parameter change"), ("max_error", "max marginal error"), ("elapsed", "elapsed (s)"), ("rows_per_second", "rows/s (last pass)"),
+    ("gap", "est. distance to max"), ("param_change", "parameter change"), ("max_error", "max marginal error"), ("elapsed", "elapsed (s)"), ("rows_per_second", "rows/s (last pass)"),
 ]
 TABLE_STYLE = ("<style>table.dpgm{border-collapse:collapse;font-size:12px;width:100%}"
                "table.dpgm th,table.dpgm td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
@@ -468,7 +469,8 @@ class FitPage:
 
     def _plot_gaps(self, fit: dict) -> None:
         """The convergence panel: how far below the fit's best log-likelihood so far each iteration of each
-        restart is, on a log scale (the phase the raw curve flattens once the first iterations are drawn)."""
+        restart is, on a log scale (the phase the raw curve flattens once the first iterations are drawn), and
+        for EM the estimated distance to the maximum (``gap``, dashed: EM stops when it is within tol)."""
         from bokeh.models import BasicTicker, ColumnDataSource
         from bokeh.palettes import Category10_10
         from bokeh.plotting import figure
@@ -501,6 +503,20 @@ class FitPage:
                 plot.scatter("iteration", "gap", source=source, color=color, size=4)
             elif source.data["gap"] != new["gap"] or source.data["iteration"] != new["iteration"]:
                 source.data = new
+            estimated = [(k, g) for k, g in zip(data["iteration"], data.get("gap", ()), strict=False)
+                         if g is not None and g > 0]
+            if estimated:
+                new = {"iteration": [k for k, _ in estimated], "gap": [g for _, g in estimated],
+                       "restart": [restart] * len(estimated)}
+                source = self.sources.get((*key, restart, "estimated"))
+                if source is None:
+                    source = self.sources[(*key, restart, "estimated")] = ColumnDataSource(
+                        new, name=f"dpgm-estimated-gap|{fit_id}|{restart}")
+                    plot.line("iteration", "gap", source=source, color=color, line_dash="dashed",
+                              legend_label="estimated distance to the maximum")
+                    plot.legend.location = "bottom_left"
+                elif source.data["gap"] != new["gap"] or source.data["iteration"] != new["iteration"]:
+                    source.data = new
 
 
 def fit_page(scheduler: Scheduler, extra: dict, doc: Any) -> None:

@@ -21,16 +21,23 @@ two blocks of rows, ``EMFamily.subtract`` removes one).
 
 Options of the loop:
 
-* plain EM (Dempster et al. 1977): each iteration evaluates ``θ_t`` and moves to
-  ``F(θ_t)``. Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|``.
+* plain EM (Dempster et al. 1977, ``accelerate=None``): each iteration evaluates
+  ``θ_t`` and moves to ``F(θ_t)``.
+* Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|`` between an EM
+  image and the point it is the image of. Every EM record also carries ``gap``, the
+  estimated distance from its log-likelihood to the maximum
+  (:mod:`dpgm.algorithms.stopping`: Aitken's acceleration of the gains, at EM's rate
+  measured on the log-likelihood and on the parameters).
 * ``accelerate="squarem"``: SQUAREM extrapolation (:mod:`dpgm.algorithms.squarem`)
   with the monotonicity safeguard of Varadhan and Roland's reference implementation:
   an extrapolated point ``θ'`` is not judged itself but through its EM image
   ``F(θ')`` (the stabilisation step, computed from the pass that evaluates ``θ'``);
   an image whose log-likelihood is below the last accepted point's is rejected and
   the loop goes on from the cycle's plain EM point. Every evaluated point costs one
-  pass, rejected ones included. Convergence is judged on EM steps only (plain EM's
-  rule: an image is compared with the point it is the image of).
+  pass, rejected ones included. Convergence is judged on EM steps only: an image
+  ``F(θ')`` against the point it is the image of; its ``gap`` is estimated at the
+  rate of the cycle's EM steps ``θ' → F(θ') → F(F(θ'))``, which can be short (an
+  extrapolated point's error is not along EM's slowest direction).
 * ``incremental=True``: :data:`INCREMENTAL_PASSES` passes of incremental EM (Neal
   and Hinton 1998) over blocks of whole chunks (:data:`INCREMENTAL_BLOCKS` at
   most): each block's statistics are computed in one distributed computation (one
@@ -73,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from dpgm.algorithms.squarem import MAX_STEP, STEP_FACTOR, extrapolate, shorter_bound, step_length
+from dpgm.algorithms.stopping import RATE_WINDOW, estimated_gap, parameter_rate
 from dpgm.errors import CheckpointMismatch
 
 __all__ = ["ACCELERATIONS", "EMFamily", "EMState", "LoopSnapshot", "SavedLoop", "em"]
@@ -82,7 +90,7 @@ INCREMENTAL_PASSES = 2
 INCREMENTAL_BLOCKS = 8
 PRUNE_AFTER = 5
 PRUNE_HORIZON = 100
-LOOP_VERSION = 1  # the layout of LoopSnapshot.loop (a resume refuses any other)
+LOOP_VERSION = 2  # the layout of LoopSnapshot.loop (a resume refuses any other)
 
 
 class EMFamily:
@@ -239,6 +247,7 @@ class _Restart:
     converged: bool = False
     blocks: dict = field(default_factory=dict)
     total: Any = None
+    rates: list = field(default_factory=list)  # EM's last estimated log-likelihood rates (the stopping rule)
 
 
 def em(
@@ -265,11 +274,13 @@ def em(
     max_iter, tol
         Stopping rule: at most ``max_iter`` iterations (each one pass, an
         incremental pass included), or a relative log-likelihood change ``<= tol``
-        between accepted points.
+        between an EM image and the point it is the image of.
     callback
         Called with each restart's record every iteration (``restart``,
-        ``iteration``, ``loglik``, ``change``, ``param_change``, ``passes``,
-        ``step``, ``accepted``, ``seconds``).
+        ``iteration``, ``loglik``, ``change``, ``param_change``, ``gap``, ``passes``,
+        ``step``, ``accepted``, ``seconds``); ``gap`` is the estimated distance from
+        ``loglik`` to the maximum, None where there is no estimate (an extrapolated
+        point, EM not yet in its linear phase).
     on_iteration
         Called with a :class:`LoopSnapshot` after every iteration (a checkpoint writer).
     resume_from
@@ -310,16 +321,19 @@ def em(
                 run.blocks, run.total = {}, None
     start = time.perf_counter()
 
-    def report(i: int, loglik: float, change, point: Any, step: str, accepted: bool) -> None:
+    def report(i: int, loglik: float, change, point: Any, step: str, accepted: bool) -> dict:
         vector = family.vector(point)
         previous = runs[i].last_vector
         runs[i].last_vector = vector
         record = {
             "restart": i, "iteration": iteration, "loglik": float(loglik), "change": change,
-            "param_change": None if previous is None else _max_change(vector, previous),
+            "param_change": None if previous is None else _max_change(vector, previous), "gap": None,
             "passes": float(passes), "step": step, "accepted": accepted, "seconds": time.perf_counter() - start,
         }
         histories[i].append(record)
+        return record
+
+    def told(record: dict) -> None:
         if callback is not None:
             callback(record)
 
@@ -360,8 +374,8 @@ def em(
                         run.point = family.mstep(run.point, run.total)
             for i in active:
                 # the blocks' log-likelihoods were each taken at the parameters of their own block
-                report(i, sum(loglik for loglik, _ in runs[i].blocks.values()), None, runs[i].point,
-                       "incremental", False)
+                told(report(i, sum(loglik for loglik, _ in runs[i].blocks.values()), None, runs[i].point,
+                            "incremental", False))
             if not incremental_left:
                 for run in runs:
                     run.blocks, run.total = {}, None
@@ -373,7 +387,7 @@ def em(
         results = family.estep([runs[i].point for i in active], iteration)
         passes += family.passes_per_estep
         for i, (loglik, statistics) in zip(active, results, strict=True):
-            _advance(family, runs[i], i, float(loglik), statistics, tol, accelerate, report)
+            told(_advance(family, runs[i], i, float(loglik), statistics, tol, accelerate, report))
         if prune_restarts and iteration >= PRUNE_AFTER:
             _prune(runs)
         save()
@@ -381,7 +395,8 @@ def em(
     best = max(range(len(runs)), key=logliks.__getitem__)
     models = [family.to_model(r.best if r.best is not None else r.point) for r in runs]
     pruned = [i for i, r in enumerate(runs) if r.done and not r.converged]
-    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
+    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned,
+                   {"tol": tol})
 
 
 def _resume(family: EMFamily, saved: SavedLoop, starts: list[Any]) -> tuple[int, list[_Restart], list, Fraction,
@@ -452,56 +467,80 @@ def _max_change(vector: np.ndarray, previous: np.ndarray) -> float:
 
 
 def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics: Any, tol: float,
-             accelerate: str | None, report: Callable) -> None:
-    """One evaluated point of one restart: record it, accept or reject it, choose the next point."""
+             accelerate: str | None, report: Callable) -> dict:
+    """One evaluated point of one restart: record it, accept or reject it, choose the next point; its record."""
     point, kind = run.point, run.kind
     if kind == "extrapolated":
         # not judged itself: its EM image F(θ') (the stabilisation step) is, in the next pass
         before = run.best_loglik
-        report(i, loglik, loglik - before, point, "extrapolated", bool(loglik >= before))
+        record = report(i, loglik, loglik - before, point, "extrapolated", bool(loglik >= before))
         run.pending = loglik
         run.u0, run.v0 = family.unconstrained(point), run.last_vector
         run.point, run.kind = family.mstep(point, statistics), "first"
-        return
+        return record
     pending, run.pending = run.pending, None
     accepted = pending is None or bool(loglik >= run.best_loglik)
     previous = run.best_loglik
     change = None if previous is None else loglik - previous
-    report(i, loglik, change, point, "em", accepted)
+    before = run.last_vector
+    record = report(i, loglik, change, point, "em", accepted)
     if not accepted:  # the safeguard: back to the plain EM point F(θ1) of the cycle
         run.step_max = shorter_bound(run.step_max, run.alpha)
         run.point, run.kind = run.fallback, "base"
-        return
+        return record
     if pending is not None and run.alpha >= run.step_max:
         run.step_max = min(run.step_max * STEP_FACTOR, MAX_STEP)
     run.best, run.best_loglik = point, loglik
     # convergence is judged on EM steps only: this point's gain over the point it is the EM image of
     step_change = change if pending is None else loglik - pending
+    earlier_gain = run.last_change
     if step_change is not None:
         run.last_change = step_change  # the pruning rule's rate: one EM step's gain, never a jump
+    following = family.mstep(point, statistics)
+    v2 = family.vector(following)
+    # θ0 of the step θ0 -> θ1 = point: plain EM's previous point; in SQUAREM, the cycle's base or extrapolated point
+    start = before if accelerate is None else run.v0 if kind == "first" else None
+    record["gap"] = _gap(run, step_change, start, v2, earlier_gain=earlier_gain if accelerate is None else None)
     if step_change is not None and abs(step_change) <= tol * abs(loglik):
         run.done = run.converged = True
-        return
-    following = family.mstep(point, statistics)
+        return record
     if accelerate is None:
         run.point = following
     elif kind == "base":
         # report() has just taken the point's vector (run.last_vector)
         run.u0, run.v0, run.point, run.kind = family.unconstrained(point), run.last_vector, following, "first"
     else:  # kind == "first": θ1 = point, θ2 = following
-        v1, v2 = run.last_vector, family.vector(following)
+        v1 = run.last_vector
         run.alpha = step_length(run.v0, v1, v2, run.step_max)
         run.point, run.kind, run.fallback = following, "base", following
         if run.alpha <= 1.0 and run.step_max <= 1.0 and _wants_longer(run.v0, v1, v2):
             run.step_max = STEP_FACTOR  # the bound held the step at the EM step: let the next one go further
         if run.alpha <= 1.0:
-            return
+            return record
         proposal = extrapolate(run.u0, family.unconstrained(point), family.unconstrained(following), run.alpha)
         if np.all(np.isfinite(proposal)):
             try:
                 run.point, run.kind = family.constrained(proposal, following), "extrapolated"
             except (ValueError, ArithmeticError, np.linalg.LinAlgError):
                 run.point = following  # no valid parameters there: the plain EM step, no pass spent
+    return record
+
+
+def _gap(run: _Restart, gain: float | None, start: np.ndarray | None, following: np.ndarray, *,
+         earlier_gain: float | None) -> float | None:
+    """The estimated distance to the maximum after the EM step ``start -> run's point`` of ``gain``
+    (:mod:`dpgm.algorithms.stopping`); the step's rate joins the restart's window of rates. ``earlier_gain``:
+    the previous EM step's gain when the steps follow one another (plain EM), else None (SQUAREM)."""
+    if gain is None or start is None:
+        return None
+    rate = parameter_rate(start, run.last_vector, following)
+    rates = [] if rate is None else [rate]
+    if earlier_gain is not None and np.isfinite(earlier_gain) and 0 < gain < earlier_gain:
+        rates.append(gain / earlier_gain)  # Aitken's ratio of two successive gains (at or above 1: rounding)
+    if not rates:
+        return estimated_gap(gain, [])
+    run.rates = [*run.rates, max(rates)][-RATE_WINDOW:]
+    return estimated_gap(gain, run.rates)
 
 
 def _prune(runs: list[_Restart]) -> None:

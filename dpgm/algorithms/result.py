@@ -240,6 +240,8 @@ class FitResult:
             raise ValueError(f"a {self.method} fit has no iterations to plot (n_iter={self.n_iter})")
         histories = self.info.get("restart_histories") or [self.history]
         second = next((k for k in ("max_error", "objective") if self.history[-1].get(k) is not None), "gap")
+        estimated = [(r["iteration"], r["gap"]) for r in self.history
+                     if second == "gap" and r.get("gap") is not None and r["gap"] > 0]
         figure = Figure(figsize=(11, 4), layout="constrained")
         axes = figure.subplots(1, 2)
         for k, history in enumerate(histories):
@@ -259,12 +261,18 @@ class FitResult:
             iterations, values = [i for i, g in gaps if g > 0], [g for _, g in gaps if g > 0]
         else:
             values = [r[second] for r in self.history]
-        axes[1].plot(iterations, values, "o-", ms=3, color="C1")
-        if second != "objective" and values and all(v > 0 for v in values):
+        axes[1].plot(iterations, values, "o-", ms=3, color="C1",
+                     label="final minus each log-likelihood" if estimated else None)
+        if estimated:  # EM: each record's estimated distance to the maximum
+            axes[1].plot([k for k, _ in estimated], [g for _, g in estimated], "s--", ms=3, color="C2",
+                         label="estimated distance to the maximum")
+            axes[1].legend(fontsize=8)
+        if second != "objective" and (values or estimated) and all(v > 0 for v in values):
             axes[1].set_yscale("log")
         axes[1].set(xlabel="iteration", title={"max_error": "largest |model - data| marginal",
                                                "objective": "penalized objective",
-                                               "gap": "final log-likelihood minus log-likelihood"}[second])
+                                               "gap": "distance to the maximum (log scale)" if estimated
+                                               else "final log-likelihood minus log-likelihood"}[second])
         if path is not None:
             figure.savefig(path, dpi=100)
         return figure
