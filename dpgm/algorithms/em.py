@@ -247,7 +247,7 @@ class _Restart:
     converged: bool = False
     blocks: dict = field(default_factory=dict)
     total: Any = None
-    rates: list = field(default_factory=list)  # EM's last estimated log-likelihood rates (the stopping rule)
+    rates: list = field(default_factory=list)  # EM's last estimated log-likelihood rates (each record's gap)
 
 
 def em(
@@ -395,8 +395,7 @@ def em(
     best = max(range(len(runs)), key=logliks.__getitem__)
     models = [family.to_model(r.best if r.best is not None else r.point) for r in runs]
     pruned = [i for i, r in enumerate(runs) if r.done and not r.converged]
-    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned,
-                   {"tol": tol})
+    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
 
 
 def _resume(family: EMFamily, saved: SavedLoop, starts: list[Any]) -> tuple[int, list[_Restart], list, Fraction,
