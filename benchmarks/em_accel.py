@@ -40,7 +40,8 @@ import dpgm  # noqa: E402
 from benchmarks.em import _cases, _store  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-VARIANTS = {"plain": {}, "squarem": {"accelerate": "squarem"}, "incremental": {"incremental": True},
+VARIANTS = {"plain": {"accelerate": None}, "squarem": {"accelerate": "squarem"},
+            "incremental": {"incremental": True, "accelerate": None},
             "incremental+squarem": {"incremental": True, "accelerate": "squarem"}}
 
 

@@ -209,7 +209,8 @@ def _em_case(name: str):
     case = _cases()[name]
     data = dpgm.sample_bayesian_network(case["truth"], 10_000, None, seed=1, missing=MISSING).drop_vars(case["latent"])
     model = case["model"]
-    return "local", lambda: dpgm.fit(model, data, method="em", n_init=1, random_state=0, tol=0, max_iter=3)
+    return "local", lambda: dpgm.fit(model, data, method="em", n_init=1, random_state=0, tol=0, max_iter=3,
+                                     accelerate=None)
 
 
 def w_em_alarm2(label: str):
@@ -237,7 +238,8 @@ def w_em_cluster(label: str):
 
     def run(client):
         data = dpgm.open_dataset(path).drop_vars(case["latent"])
-        return dpgm.fit(model, data, method="em", n_init=1, random_state=0, tol=0, max_iter=2, client=client)
+        return dpgm.fit(model, data, method="em", n_init=1, random_state=0, tol=0, max_iter=2, accelerate=None,
+                        client=client)
     return "cluster", run
 
 
@@ -250,7 +252,8 @@ def w_hmm(label: str):
 
     start = dpgm.hmm(N_STATES, SYMBOLS).randomized(np.random.default_rng(7))
     data = _dataset(_sample(20_000))
-    return "local", lambda: dpgm.fit(start, data, init="model", tol=0, max_iter=3)
+    return "local", lambda: dpgm.fit(start, data, init="model", tol=0, max_iter=3,
+                                     accelerate=None)
 
 
 def w_inference(label: str):

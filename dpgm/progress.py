@@ -346,30 +346,30 @@ class FitProgress:
             self._stopped[restart] = self._why_stopped(restart)
         started = not self._running
         self._running = set(records)
-        line = None
-        if leader in records:
-            line = self._describe(records[leader], leader) + rate + (f"  restart #{leader}" if several else "")
+        shown = leader if leader in records else self._leader(records, running_only=True)
+        line = self._describe(records[shown], shown) + rate + (f"  restart #{shown}" if several else "")
         for restart, record in records.items():
             if restart in self._previous:
                 self._earlier[restart] = self._previous[restart]
             self._previous[restart] = record
         self._iterations += 1
-        if line is not None:
-            if had_pass or now - self._said_at >= THROTTLE_SECONDS or self._iterations == 1:
-                self._line(line)
-            else:
-                self._unsaid = line
+        if had_pass or now - self._said_at >= THROTTLE_SECONDS or self._iterations == 1:
+            self._line(line)
+        else:
+            self._unsaid = line
         if several and (started or stopped or now - self._summary_at >= SUMMARY_SECONDS):
             self._summarise(leader, now)
-        self._postfix = self._short(records.get(leader), leader, several)
+        self._postfix = self._short(records[shown], shown, several)
         if self.display == "bar":
             bar = self._open_bar()
             bar.set_postfix_str(self._postfix, refresh=False)
             bar.update(1)
 
-    def _leader(self, records: dict[int, dict]) -> int:
-        if self._best:
-            return max(self._best, key=self._best.__getitem__)
+    def _leader(self, records: dict[int, dict], running_only: bool = False) -> int:
+        """The restart of the best log-likelihood so far (``running_only``: among those in ``records``)."""
+        best = {r: v for r, v in self._best.items() if r in records} if running_only else self._best
+        if best:
+            return max(best, key=best.__getitem__)
         values = {r: _number(rec.get("loglik")) for r, rec in records.items()}
         known = {r: v for r, v in values.items() if v is not None}
         return max(known, key=known.__getitem__) if known else next(iter(records))
@@ -381,6 +381,8 @@ class FitProgress:
             change = loglik - _number(earlier["loglik"])  # SQUAREM judges the image against its extrapolated point
         if self.tol is None or loglik is None or change is None or last.get("step", "em") != "em":
             return "stopped"
+        if "gap" in last:  # EM's rule (the estimated distance to the maximum within tol) is the loop's to judge
+            return "converged" if last.get("converged") else "dropped"
         return "converged" if abs(change) <= self.tol * abs(loglik) else "dropped"
 
     def _describe(self, record: dict, restart: int) -> str:

@@ -23,11 +23,11 @@ Options of the loop:
 
 * plain EM (Dempster et al. 1977, ``accelerate=None``): each iteration evaluates
   ``θ_t`` and moves to ``F(θ_t)``.
-* Convergence: ``|loglik_t - loglik_{t-1}| <= tol * |loglik_t|`` between an EM
-  image and the point it is the image of. Every EM record also carries ``gap``, the
-  estimated distance from its log-likelihood to the maximum
-  (:mod:`dpgm.algorithms.stopping`: Aitken's acceleration of the gains, at EM's rate
-  measured on the log-likelihood and on the parameters).
+* Convergence: the log-likelihood is estimated to be within ``tol`` (relative) of
+  the maximum: every EM record carries ``gap``, the estimated distance from its
+  log-likelihood to the maximum (:mod:`dpgm.algorithms.stopping`: Aitken's
+  acceleration of the gains, at EM's rate measured on the log-likelihood and on the
+  parameters), and the fit converges when ``MARGIN * gap <= tol * |loglik|``.
 * ``accelerate="squarem"``: SQUAREM extrapolation (:mod:`dpgm.algorithms.squarem`)
   with the monotonicity safeguard of Varadhan and Roland's reference implementation:
   an extrapolated point ``θ'`` is not judged itself but through its EM image
@@ -37,7 +37,11 @@ Options of the loop:
   pass, rejected ones included. Convergence is judged on EM steps only: an image
   ``F(θ')`` against the point it is the image of; its ``gap`` is estimated at the
   rate of the cycle's EM steps ``θ' → F(θ') → F(F(θ'))``, which can be short (an
-  extrapolated point's error is not along EM's slowest direction).
+  extrapolated point's error is not along EM's slowest direction): when it is within
+  tolerance the loop takes :data:`~dpgm.algorithms.stopping.CERTIFY_STEPS` plain EM
+  steps (their rates, Aitken's ratio of their gains included, join the window) and
+  converges only if the last of them is within tolerance too; otherwise SQUAREM goes
+  on from there.
 * ``incremental=True``: :data:`INCREMENTAL_PASSES` passes of incremental EM (Neal
   and Hinton 1998) over blocks of whole chunks (:data:`INCREMENTAL_BLOCKS` at
   most): each block's statistics are computed in one distributed computation (one
@@ -80,7 +84,14 @@ from typing import Any
 import numpy as np
 
 from dpgm.algorithms.squarem import MAX_STEP, STEP_FACTOR, extrapolate, shorter_bound, step_length
-from dpgm.algorithms.stopping import RATE_WINDOW, estimated_gap, parameter_rate
+from dpgm.algorithms.stopping import (
+    CERTIFY_STEPS,
+    RATE_WINDOW,
+    ROUNDING,
+    estimated_gap,
+    parameter_rate,
+    within_tolerance,
+)
 from dpgm.errors import CheckpointMismatch
 
 __all__ = ["ACCELERATIONS", "EMFamily", "EMState", "LoopSnapshot", "SavedLoop", "em"]
@@ -90,7 +101,7 @@ INCREMENTAL_PASSES = 2
 INCREMENTAL_BLOCKS = 8
 PRUNE_AFTER = 5
 PRUNE_HORIZON = 100
-LOOP_VERSION = 2  # the layout of LoopSnapshot.loop (a resume refuses any other)
+LOOP_VERSION = 3  # the layout of LoopSnapshot.loop (a resume refuses any other)
 
 
 class EMFamily:
@@ -232,7 +243,8 @@ class _Restart:
     """One restart's place in the loop (plain EM is SQUAREM that never extrapolates)."""
 
     point: Any
-    kind: str = "base"  # what ``point`` is: "base" (a new start), "first" (F(base)), "extrapolated"
+    kind: str = "base"  # what ``point`` is: "base" (a new start), "first" (F(base)), "extrapolated",
+    # "plain" (a plain EM step certifying SQUAREM's estimate)
     best: Any = None
     best_loglik: float | None = None
     last_change: float = float("inf")  # gain of the last accepted EM step (pruning's rate)
@@ -248,6 +260,7 @@ class _Restart:
     blocks: dict = field(default_factory=dict)
     total: Any = None
     rates: list = field(default_factory=list)  # EM's last estimated log-likelihood rates (each record's gap)
+    plain_steps: int = 0  # plain EM steps taken so far to certify SQUAREM's estimate
 
 
 def em(
@@ -273,14 +286,16 @@ def em(
         Starting parameters, one per restart.
     max_iter, tol
         Stopping rule: at most ``max_iter`` iterations (each one pass, an
-        incremental pass included), or a relative log-likelihood change ``<= tol``
-        between an EM image and the point it is the image of.
+        incremental pass included), or converged: the log-likelihood is estimated to
+        be within ``tol · |loglik|`` of the maximum (twice the record's ``gap`` at most
+        that; after SQUAREM, confirmed by plain EM steps).
     callback
         Called with each restart's record every iteration (``restart``,
-        ``iteration``, ``loglik``, ``change``, ``param_change``, ``gap``, ``passes``,
-        ``step``, ``accepted``, ``seconds``); ``gap`` is the estimated distance from
-        ``loglik`` to the maximum, None where there is no estimate (an extrapolated
-        point, EM not yet in its linear phase).
+        ``iteration``, ``loglik``, ``change``, ``param_change``, ``gap``, ``converged``,
+        ``passes``, ``step``, ``accepted``, ``seconds``); ``gap`` is the estimated distance
+        from ``loglik`` to the maximum, None where there is no estimate (an extrapolated
+        point, EM not yet in its linear phase); ``converged`` is true on the record
+        where the restart converged.
     on_iteration
         Called with a :class:`LoopSnapshot` after every iteration (a checkpoint writer).
     resume_from
@@ -290,7 +305,7 @@ def em(
         must have (None: not checked). An incremental phase in progress goes on if
         ``incremental`` is set.
     accelerate
-        None (plain EM) or ``"squarem"``.
+        None (plain EM) or ``"squarem"`` (the API's default).
     incremental
         Start with incremental passes over blocks of chunks.
     prune_restarts
@@ -328,6 +343,7 @@ def em(
         record = {
             "restart": i, "iteration": iteration, "loglik": float(loglik), "change": change,
             "param_change": None if previous is None else _max_change(vector, previous), "gap": None,
+            "converged": False,
             "passes": float(passes), "step": step, "accepted": accepted, "seconds": time.perf_counter() - start,
         }
         histories[i].append(record)
@@ -395,7 +411,8 @@ def em(
     best = max(range(len(runs)), key=logliks.__getitem__)
     models = [family.to_model(r.best if r.best is not None else r.point) for r in runs]
     pruned = [i for i, r in enumerate(runs) if r.done and not r.converged]
-    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned)
+    return EMState(models, histories, [r.converged for r in runs], iteration, float(passes), best, logliks, pruned,
+                   extras={"tol": tol})
 
 
 def _resume(family: EMFamily, saved: SavedLoop, starts: list[Any]) -> tuple[int, list[_Restart], list, Fraction,
@@ -498,10 +515,27 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     following = family.mstep(point, statistics)
     v2 = family.vector(following)
     # θ0 of the step θ0 -> θ1 = point: plain EM's previous point; in SQUAREM, the cycle's base or extrapolated point
-    start = before if accelerate is None else run.v0 if kind == "first" else None
-    record["gap"] = _gap(run, step_change, start, v2, earlier_gain=earlier_gain if accelerate is None else None)
-    if step_change is not None and abs(step_change) <= tol * abs(loglik):
-        run.done = run.converged = True
+    plain = accelerate is None or kind == "plain"
+    start = before if plain else run.v0 if kind == "first" else None
+    gap = _gap(run, step_change, start, v2, loglik, earlier_gain=earlier_gain if plain else None)
+    record["gap"] = gap
+    close = step_change is not None and within_tolerance(gap, loglik, tol)
+    if kind == "plain":  # certifying SQUAREM's estimate: converged only if the last plain step is within tol
+        run.plain_steps += 1
+        if run.plain_steps >= CERTIFY_STEPS:
+            if close:
+                run.done = run.converged = record["converged"] = True
+                return record
+            run.point, run.kind = following, "base"  # not yet: SQUAREM goes on from here
+            return record
+        run.point = following
+        return record
+    if close and accelerate is None:
+        run.done = run.converged = record["converged"] = True
+        return record
+    if close:  # SQUAREM's estimate is within tol: plain EM steps, with their own rates, confirm it
+        run.plain_steps = 0
+        run.point, run.kind = following, "plain"
         return record
     if accelerate is None:
         run.point = following
@@ -525,13 +559,18 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     return record
 
 
-def _gap(run: _Restart, gain: float | None, start: np.ndarray | None, following: np.ndarray, *,
+def _gap(run: _Restart, gain: float | None, start: np.ndarray | None, following: np.ndarray, loglik: float, *,
          earlier_gain: float | None) -> float | None:
     """The estimated distance to the maximum after the EM step ``start -> run's point`` of ``gain``
     (:mod:`dpgm.algorithms.stopping`); the step's rate joins the restart's window of rates. ``earlier_gain``:
-    the previous EM step's gain when the steps follow one another (plain EM), else None (SQUAREM)."""
+    the previous EM step's gain when the steps follow one another (plain EM), else None (SQUAREM).
+
+    A step whose gain is at the log-likelihood's rounding level (``ROUNDING · |loglik|``) measures no rate (its
+    parameter change is rounding too): its gap is taken at the window's rates, or is ``|gain|`` without them."""
     if gain is None or start is None:
         return None
+    if abs(gain) <= ROUNDING * abs(loglik):
+        return estimated_gap(gain, run.rates) if run.rates and max(run.rates) < 1.0 else abs(gain)
     rate = parameter_rate(start, run.last_vector, following)
     rates = [] if rate is None else [rate]
     if earlier_gain is not None and np.isfinite(earlier_gain) and 0 < gain < earlier_gain:

@@ -11,6 +11,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from dpgm.algorithms.stopping import MARGIN
+
 __all__ = ["Estimate", "FitResult", "information_criteria", "log_iteration", "log_step", "parameter_change"]
 
 
@@ -202,6 +204,10 @@ class FitResult:
             last = self.history[-1]
             if last.get("max_error") is not None:
                 lines.append(f"  final max marginal error {last['max_error']:.3g}")
+            if last.get("gap") is not None:  # EM: converged once MARGIN x gap <= tol |loglik|
+                tol = self.info.get("tol")
+                rule = "" if tol is None else f" (EM stops below tol·|loglik|/{MARGIN:g} = {tol * abs(self.loglik) / MARGIN:.3g})"
+                lines.append(f"  estimated distance to the maximum {last['gap']:.3g}{rule}")
         for key, value in self.info.items():
             if isinstance(value, int | float | str):
                 lines.append(f"  {key}: {value}")
@@ -266,6 +272,10 @@ class FitResult:
         if estimated:  # EM: each record's estimated distance to the maximum
             axes[1].plot([k for k, _ in estimated], [g for _, g in estimated], "s--", ms=3, color="C2",
                          label="estimated distance to the maximum")
+            tol = self.info.get("tol")
+            if tol:  # the rule: converged once the estimate is below this line (tol |loglik| / MARGIN)
+                axes[1].axhline(tol * abs(self.loglik) / MARGIN, color="0.4", lw=1, ls=":",
+                                label=f"where EM stops (tol = {tol:g})")
             axes[1].legend(fontsize=8)
         if second != "objective" and (values or estimated) and all(v > 0 for v in values):
             axes[1].set_yscale("log")

@@ -20,7 +20,15 @@ steps of
   gains (Aitken's).
 
 A rate of 1 or more (EM not yet in its linear phase, or slower than linear) gives
-no bound (None). Checked against the maximum of an enumerated latent class
+no bound (None).
+
+The stopping rule (:func:`within_tolerance`): a fit has converged when
+``MARGIN · gap <= tol · |loglik|``, i.e. its log-likelihood is estimated to be within
+``tol`` (relative) of the maximum, with a margin of :data:`MARGIN` for the estimate's
+own error. After a SQUAREM extrapolation the one-step estimate is short (the error
+is no longer along EM's slowest direction), so SQUAREM's estimate only starts
+:data:`CERTIFY_STEPS` plain EM steps, and the fit converges when the last of them is
+within tolerance too. Checked against the maximum of an enumerated latent class
 likelihood found by SciPy's L-BFGS-B (``tests/algorithms/test_stopping.py``).
 
 References
@@ -36,9 +44,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RATE_WINDOW", "estimated_gap", "parameter_rate"]
+__all__ = ["CERTIFY_STEPS", "MARGIN", "RATE_WINDOW", "ROUNDING", "estimated_gap", "parameter_rate",
+           "within_tolerance"]
 
 RATE_WINDOW = 20
+MARGIN = 2.0  # the rule asks the estimate times this to be within tol (the estimate fell short by up to 3x near 1)
+CERTIFY_STEPS = 3  # plain EM steps that confirm a SQUAREM estimate before the fit counts as converged
+ROUNDING = 1e-13  # a gain below this times |loglik| (about 450 float64 epsilons) is the sum's rounding
 
 
 def parameter_rate(v0: np.ndarray | None, v1: np.ndarray | None, v2: np.ndarray | None) -> float | None:
@@ -71,3 +83,9 @@ def estimated_gap(gain: float, rates: list[float]) -> float | None:
     if gain <= 0.0:
         return abs(gain) * max(rate / (1.0 - rate), 1.0)
     return gain * rate / (1.0 - rate)
+
+
+def within_tolerance(gap: float | None, loglik: float, tol: float) -> bool:
+    """The stopping rule: the estimated distance ``gap`` to the maximum, times :data:`MARGIN`, is at most
+    ``tol · |loglik|`` (no estimate: not converged)."""
+    return gap is not None and bool(MARGIN * gap <= tol * abs(loglik))

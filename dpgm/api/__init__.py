@@ -65,8 +65,12 @@ def fit(
         HiddenMarkovModel is always fitted by EM (Baum-Welch).
     tol, max_iter
         Stopping rule of iterative methods: the largest marginal (or feature
-        expectation) error for IPF/GIS/gradient methods, the relative
-        log-likelihood change for EM.
+        expectation) error for IPF/GIS/gradient methods. For EM, ``converged`` means
+        the log-likelihood is within ``tol · |loglik|`` of the maximum EM is heading
+        to: each record's ``gap`` estimates that distance (Aitken's estimate at EM's
+        rate) and the fit stops when twice the estimate is within it. EM takes
+        SQUAREM steps by default (``accelerate="squarem"``; ``accelerate=None``:
+        plain EM), its estimate confirmed by 3 plain EM steps.
     client
         Dask client for the pass(es) over the data.
     progress

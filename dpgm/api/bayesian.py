@@ -232,7 +232,7 @@ class BayesianNetworkEM(EMFamily):
 def fit_bayesian_network_em(model: BayesianNetwork, source: DataSource, *, tol, max_iter, callback,
                              n_init: int = 1, random_state=None, init=None, checkpoint=None, resume=None,
                              persist: bool = False, prior=None, equivalent_sample_size: float = 5.0,
-                             pseudo_counts=None, accelerate=None, incremental=False,
+                             pseudo_counts=None, accelerate="squarem", incremental=False,
                              prune_restarts=False) -> FitResult:
     """EM for a Bayesian network with latent variables and missing values (:class:`BayesianNetworkEM`)."""
     from dpgm.cluster import current_client

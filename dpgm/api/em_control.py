@@ -59,7 +59,7 @@ def total_rows(source: DataSource) -> float:
     return float(source.n_rows)
 
 
-def run_em(family, starts, *, tol, max_iter, callback, client, checkpoint=None, resume=None, accelerate=None,
+def run_em(family, starts, *, tol, max_iter, callback, client, checkpoint=None, resume=None, accelerate="squarem",
            incremental: bool = False, prune_restarts: bool = False):
     """Run :func:`dpgm.algorithms.em.em` with ``dpgm.fit``'s EM options (one place for every model kind).
 
@@ -113,5 +113,5 @@ def em_result(state, method: str, n_params: int, n_rows: float) -> FitResult:
         state.models[best], method, loglik=state.logliks[best], converged=state.converged[best],
         n_iter=len(history), n_rows=n_rows, n_params=n_params, history=history, passes=passes,
         info={"restart": best, "restart_logliks": list(state.logliks), "restart_histories": state.histories,
-              "pruned_restarts": list(state.pruned)},
+              "pruned_restarts": list(state.pruned), "tol": state.extras.get("tol")},
     )

@@ -238,7 +238,7 @@ def _mixture_start(family: GaussianMixtureEmission, sample: np.ndarray, labels: 
 
 def fit_hmm(model: HiddenMarkovModel, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
             random_state=None, init=None, checkpoint=None, resume=None, persist: bool = False,
-            accelerate=None, incremental=False, prune_restarts=False, reg_covar: float = 0.0,
+            accelerate="squarem", incremental=False, prune_restarts=False, reg_covar: float = 0.0,
             sequence: str | None = None) -> FitResult:
     from dpgm.cluster import current_client
 

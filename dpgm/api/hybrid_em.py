@@ -244,7 +244,7 @@ def _rebuild(tree, leaves):
 
 def fit_hybrid_em(model: HybridNetwork, source: DataSource, *, tol, max_iter, callback, n_init: int = 1,
                   random_state=None, init: str | None = None, persist: bool = False, checkpoint=None, resume=None,
-                  accelerate=None, prune_restarts: bool = False) -> FitResult:
+                  accelerate="squarem", prune_restarts: bool = False) -> FitResult:
     """EM for a hybrid network with one latent root: see the module docstring and :func:`dpgm.fit`.
 
     ``accelerate="squarem"`` extrapolates on the log-probabilities, coefficients and

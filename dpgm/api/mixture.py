@@ -133,7 +133,7 @@ class MixtureEM(EMFamily):
 
 def fit_gaussian_mixture(model: GaussianMixture, source: DataSource, *, tol, max_iter, callback,
                          n_init: int = 1, random_state=None, init=None, reg_covar: float = 1e-6,
-                         checkpoint=None, resume=None, persist: bool = False, accelerate=None,
+                         checkpoint=None, resume=None, persist: bool = False, accelerate="squarem",
                          incremental=False, prune_restarts=False) -> FitResult:
     """EM for a Gaussian mixture: see :func:`dpgm.fit`.
 

@@ -123,7 +123,7 @@ class UndirectedEM(EMFamily):
 
 def fit_undirected_em(model, source: DataSource, *, tol, max_iter, callback, m_step: str | None = None,
                       inner_iter: int = 5, n_init: int = 1, random_state=None, init=None, checkpoint=None,
-                      resume=None, persist: bool = False, structural_zeros=None, accelerate=None,
+                      resume=None, persist: bool = False, structural_zeros=None, accelerate="squarem",
                       incremental=False, prune_restarts=False) -> FitResult:
     """EM for Markov networks (IPF M step) and log-linear models (GIS M step), warm-started inner loops.
 

@@ -47,7 +47,7 @@ def test_snapshots_report_every_iteration_and_plain_em_follows_the_closed_form()
     state = em(_LinearEM(), _starts(), tol=0.0, max_iter=6, on_iteration=lambda s: snapshots.append(copy.deepcopy(s)))
     assert [s.iteration for s in snapshots] == list(range(1, 7))
     last = snapshots[-1]
-    assert sorted(last.state) == ["converged", "done", "histories"] and last.loop["version"] == 2
+    assert sorted(last.state) == ["converged", "done", "histories"] and last.loop["version"] == 3
     assert [len(h) for h in last.state["histories"]] == [6, 6]
     for start, model, saved in zip(_starts(), state.models, last.models, strict=True):
         expected = start

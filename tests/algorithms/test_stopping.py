@@ -19,7 +19,7 @@ from dpgm.models.parameters import with_parameters
 QUESTIONS = {f"q{i}": ["a", "b"] for i in range(5)}
 # P(q = a | class 0, 1): weakly separated classes, so plain EM is slow (hundreds of steps)
 P_A = np.array([[0.7, 0.45], [0.65, 0.4], [0.6, 0.5], [0.7, 0.35], [0.55, 0.45]])
-TOL = 1e-12
+TOL = 1e-9
 PRECISION = 1e-9  # relative: well above L-BFGS-B's own precision on the maximum
 ROWS = 3000
 
@@ -83,6 +83,23 @@ def test_plain_em_gap_is_at_most_3x_short_of_the_true_distance(seed):
             checked += 1
             assert true <= 3 * record["gap"], (record, true)
     assert checked >= 10
+
+
+@pytest.mark.parametrize("accelerate", [None, "default"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_converged_fit_is_within_tol_of_the_maximum(seed, accelerate):
+    """The stopping rule: ``converged`` means within ``tol`` (relative) of the L-BFGS-B maximum, for plain EM
+    and for the default (SQUAREM, its estimate confirmed by plain EM steps). The former rule (relative change
+    of one step at most tol) stopped 10⁻⁶ to 10⁻⁵ relative short here, where EM's rate is 0.999."""
+    data = _data(seed)
+    codes = np.stack([data[q].values for q in QUESTIONS], axis=1)
+    start = dpgm.latent_class_model(QUESTIONS, 2).randomized(np.random.default_rng(seed))
+    options = {} if accelerate == "default" else {"accelerate": accelerate}
+    tol = 1e-9
+    result = dpgm.fit(start, data, method="em", init="model", tol=tol, max_iter=20_000, **options)
+    assert result.converged
+    maximum = _maximum(codes, [_logits(result.model), _logits(start)])
+    assert maximum - result.loglik <= tol * abs(maximum), (maximum - result.loglik) / abs(maximum)
 
 
 def test_squarem_records_a_gap_for_each_image_of_an_extrapolated_point(client, tmp_path):

@@ -54,7 +54,7 @@ def test_latent_class_em_matches_an_independent_reference_per_iteration():
     start = dpgm.latent_class_model(QUESTIONS, 3).randomized(np.random.default_rng(9))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-        result = dpgm.fit(start, ds, method="em", init="model", tol=0, max_iter=25)
+        result = dpgm.fit(start, ds, method="em", accelerate=None, init="model", tol=0, max_iter=25)
     codes = np.stack([ds[q].values for q in QUESTIONS], axis=1).astype(int)
     tables = [start.cpds[q].transpose(q, "class").values for q in QUESTIONS]
     reference = _reference_lca_em(codes, start.cpds["class"].values, tables, 25)
@@ -101,7 +101,7 @@ def test_loglik_never_decreases_with_latent_and_missing(network):
     structure = dpgm.BayesianNetwork.from_edges(truth.edges, truth.states)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-        result = dpgm.fit(structure, ds, method="em", random_state=0, tol=0, max_iter=30)
+        result = dpgm.fit(structure, ds, method="em", accelerate=None, random_state=0, tol=0, max_iter=30)
     logliks = np.array([h["loglik"] for h in result.history])
     assert np.all(np.diff(logliks) >= -1e-9 * np.abs(logliks[1:]))
     assert result.info["latent"] == [hidden]
@@ -204,7 +204,7 @@ def test_undirected_em_loglik_is_monotone_and_exact(kind):
     model = structure if kind == "markov_ipf" else dpgm.LogLinearModel.from_margins(structure.scopes, structure.states)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-        result = dpgm.fit(model, ds, method="em", random_state=2, tol=0, max_iter=40)
+        result = dpgm.fit(model, ds, method="em", accelerate=None, random_state=2, tol=0, max_iter=40)
     logliks = np.array([h["loglik"] for h in result.history])
     assert np.all(np.diff(logliks) >= -1e-9 * np.abs(logliks[1:]))
     # oracle: the returned model's log-likelihood by enumerating the joint and summing out h

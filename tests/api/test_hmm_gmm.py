@@ -171,7 +171,7 @@ def test_gmm_emissions_are_exact_em_iteration_by_iteration(covariance_type):
     observations = _observations(covariance_type)
     arrays = _start_arrays(covariance_type)
     result = _fit(_model(arrays, covariance_type), _dataset(observations), init="model", tol=0, max_iter=10,
-                  reg_covar=0.0)
+                  reg_covar=0.0, accelerate=None)
     x, lengths = observations.reshape(-1, 2), [observations.shape[1]] * observations.shape[0]
     history, final = _oracle_em(arrays, covariance_type, x, lengths, 10)
     np.testing.assert_allclose([h["loglik"] for h in result.history], history, rtol=RTOL)
@@ -188,7 +188,7 @@ def test_one_mix_per_state_equals_hmmlearns_gaussian_hmm(covariance_type):
     single = {**arrays, "weights": np.ones((N_STATES, 1)), "means": arrays["means"][:, :1],
               "covars": arrays["covars"] if covariance_type == "tied" else arrays["covars"][:, :1]}
     result = _fit(_model(single, covariance_type, n_mix=1), _dataset(observations), init="model", tol=0,
-                  max_iter=8, reg_covar=0.0)
+                  max_iter=8, reg_covar=0.0, accelerate=None)
     kind = "full" if covariance_type == "tied" else covariance_type
     reference = GaussianHMM(n_components=N_STATES, covariance_type=kind, init_params="", params="stmc", n_iter=8,
                             tol=-np.inf, covars_prior=0.0, means_weight=0.0)
@@ -424,7 +424,7 @@ def test_squarem_reaches_plain_ems_maximum_and_bad_settings_are_refused():
     observations = _observations("full", n=40, length=30, seed=13)
     data = _dataset(observations)
     start = _model(_start_arrays("full"), "full")
-    plain = _fit(start, data, init="model", tol=1e-10, max_iter=3000, reg_covar=0.0)
+    plain = _fit(start, data, init="model", tol=1e-10, max_iter=3000, reg_covar=0.0, accelerate=None)
     fast = _fit(start, data, init="model", tol=1e-10, max_iter=3000, reg_covar=0.0, accelerate="squarem")
     assert plain.converged and fast.converged
     assert fast.loglik == pytest.approx(plain.loglik, abs=1e-5)

@@ -205,7 +205,7 @@ def test_squarem_and_pruned_restarts_reach_the_numpy_em_optimum_in_fewer_passes(
     optimum, _ = _numpy_em(x, y, n_starts=20)
     x_loglik = -0.5 * len(x) * (np.log(2 * np.pi * x.var()) + 1)
     common = {"method": "em", "n_init": 4, "random_state": 1, "tol": 1e-13, "max_iter": 5000}
-    plain = dpgm.fit(network, data, **common)
+    plain = dpgm.fit(network, data, accelerate=None, **common)
     fast = dpgm.fit(network, data, accelerate="squarem", **common)
     pruned = dpgm.fit(network, data, accelerate="squarem", prune_restarts=True, **common)
     for result in (plain, fast, pruned):
@@ -235,7 +235,7 @@ def test_init_model_continues_from_a_fitted_network_to_the_numpy_em_optimum():
     assert continued.loglik == pytest.approx(optimum + x_loglik, abs=1e-6)
     assert continued.passes == continued.n_iter  # no pass for random starts
     again = dpgm.fit(continued.model, data, method="em", init="model", tol=1e-13)
-    assert again.loglik == pytest.approx(continued.loglik, abs=1e-7) and again.n_iter <= 3
+    assert again.loglik == pytest.approx(continued.loglik, abs=1e-7) and again.n_iter <= 5  # 2 + 3 certifying
     np.testing.assert_allclose(again.model.conditionals["y"].coefficients.values,
                                continued.model.conditionals["y"].coefficients.values, rtol=1e-5)
     with pytest.raises(ValueError, match="n_init must be 1"):

@@ -344,8 +344,8 @@ def test_resumed_gaussian_mixture_equals_scikit_learn_from_the_same_start(tmp_pa
     data = dpgm.open_dataset(tmp_path / "d.zarr")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        dpgm.fit(model, data, init=start, max_iter=5, tol=0.0, checkpoint=str(tmp_path / "ck"))
-        resumed = dpgm.fit(model, data, init=start, max_iter=20, tol=0.0, resume=str(tmp_path / "ck"))
+        dpgm.fit(model, data, init=start, max_iter=5, tol=0.0, accelerate=None, checkpoint=str(tmp_path / "ck"))
+        resumed = dpgm.fit(model, data, init=start, max_iter=20, tol=0.0, accelerate=None, resume=str(tmp_path / "ck"))
         warnings.simplefilter("ignore", SklearnConvergenceWarning)  # tol 0: stops at max_iter by design
         reference = SklearnMixture(2, weights_init=start["weights"], means_init=start["means"],
                                    precisions_init=np.stack([np.eye(3)] * 2), max_iter=19, tol=0.0).fit(x)

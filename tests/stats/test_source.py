@@ -71,7 +71,8 @@ def test_em_reads_the_schema_once_per_fit(tmp_path, client, schema_reads, max_it
     schema_reads.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgm.ConvergenceWarning)
-        result = dpgm.fit(start, store, method="em", init="model", tol=0, max_iter=max_iter, client=client)
+        result = dpgm.fit(start, store, method="em", init="model", tol=0, max_iter=max_iter, accelerate=None,
+                          client=client)
     assert result.n_iter == max_iter
     assert len(schema_reads) == 1  # not once per iteration
     logliks, parameters = _brute_force_em(frame, start, max_iter)
