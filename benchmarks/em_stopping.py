@@ -155,10 +155,12 @@ def _markdown(rows: list[dict]) -> str:
             gap = "—" if v["gap_over_tol"] is None else f"{v['gap_over_tol']:.2g}"
             flag = "" if v["converged"] else " (not converged)"
             cells.append(f"{v['passes']:,}{flag}, {v['distance_over_tol']:.2g}, {gap}")
-        ratio = "—" if r["reach_ratio"] is None else f"{r['reach_ratio']:.2f}"
+        reach = [r[label]["reach_passes"] for label in ("default", "plain")]
+        ratio = ("—" if reach[0] is None else "0 (plain never)") if r["reach_ratio"] is None \
+            else f"{r['reach_ratio']:.2f}"
+        shown = [f"{int(x):,}" if x is not None else f"not in {MAX_ITER:,}" for x in reach]
         lines.append(f"| {r['case']} ({r['network']}) | {', '.join(r['latent'])} | {r['missing']:.0%} | {r['seed']} "
-                     f"| {r['rows']:,} | {cells[0]} | {cells[1]} | {r['default']['reach_passes']} / "
-                     f"{r['plain']['reach_passes']} | {ratio} |")
+                     f"| {r['rows']:,} | {cells[0]} | {cells[1]} | {shown[0]} / {shown[1]} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -167,7 +169,12 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--tol", type=float, default=1e-8)
     parser.add_argument("--name", default="em_stopping")
+    parser.add_argument("--table-only", action="store_true", help="rewrite the .md table from the .json")
     args = parser.parse_args()
+    if args.table_only:
+        rows = json.loads(RESULTS.joinpath(f"{args.name}.json").read_text())
+        RESULTS.joinpath(f"{args.name}.md").write_text(_markdown(rows))
+        return
     rows = []
     for name in args.cases:
         rows.append(run_case(name, args.tol))

@@ -143,8 +143,9 @@ class FitProgress:
     method
         The fitting method, named on the bar.
     tol
-        The relative log-likelihood change at which a restart converges (tells a
-        converged restart from a dropped one).
+        The fit's ``tol``: with no ``converged`` flag in the records (IPF and other loops), the
+        relative log-likelihood change at which a restart converges (tells a converged restart
+        from a dropped one); EM's records say it themselves.
 
     Examples
     --------
