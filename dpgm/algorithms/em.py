@@ -522,15 +522,11 @@ def _advance(family: EMFamily, run: _Restart, i: int, loglik: float, statistics:
     close = step_change is not None and within_tolerance(gap, loglik, tol)
     if kind == "plain":  # certifying SQUAREM's estimate: converged only if the last plain step is within tol
         run.plain_steps += 1
-        if run.plain_steps >= CERTIFY_STEPS:
-            if close:
-                run.done = run.converged = record["converged"] = True
-                return record
-            run.point, run.kind = following, "base"  # not yet: SQUAREM goes on from here
+        if run.plain_steps < CERTIFY_STEPS or not close:
+            # the next plain step, or (not yet) SQUAREM going on from here
+            run.point, run.kind = following, "plain" if run.plain_steps < CERTIFY_STEPS else "base"
             return record
-        run.point = following
-        return record
-    if close and accelerate is None:
+    if close and plain:
         run.done = run.converged = record["converged"] = True
         return record
     if close:  # SQUAREM's estimate is within tol: plain EM steps, with their own rates, confirm it
@@ -570,7 +566,8 @@ def _gap(run: _Restart, gain: float | None, start: np.ndarray | None, following:
     if gain is None or start is None:
         return None
     if abs(gain) <= ROUNDING * abs(loglik):
-        return estimated_gap(gain, run.rates) if run.rates and max(run.rates) < 1.0 else abs(gain)
+        gap = estimated_gap(gain, run.rates)  # None without a rate below 1
+        return abs(gain) if gap is None else gap
     rate = parameter_rate(start, run.last_vector, following)
     rates = [] if rate is None else [rate]
     if earlier_gain is not None and np.isfinite(earlier_gain) and 0 < gain < earlier_gain:
