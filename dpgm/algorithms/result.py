@@ -102,8 +102,8 @@ class FitResult:
         potentials in canonical form (unpenalised): the inverse of ``n Cov(F)`` from the junction
         tree (statsmodels' Poisson GLM ``bse`` with treatment-coded features), a potential's by the
         delta method ``phi se(log phi)``, NaN where the features do not identify it. An EM fit's (a
-        Bayesian network's, hidden Markov model's, Gaussian mixture's, hybrid network's or log-linear
-        model's; up to 40 free parameters): the inverse observed information, by finite differences
+        Bayesian network's, hidden Markov model's, Gaussian mixture's, hybrid network's, log-linear
+        model's or Markov network's, the latter's potentials in canonical form; up to 40 free parameters): the inverse observed information, by finite differences
         of the observed-data log-likelihood, formed when first asked for in two passes over the fit's
         data (:mod:`dpgm.api.observed_information`).
 

@@ -344,7 +344,7 @@ def _declarations() -> list[Kind]:
                            standard_errors=True),
               "closed_form": table(fit_markov_network, goodness, iterative=False, standard_errors=True),
               **{m: table(fit_markov_network, o, standard_errors=True) for m, o in weights.items()},
-              "em": undirected_em("ipf")},
+              "em": replace(undirected_em("ipf"), **observed)},
              "ipf", _scopes, predict_proba=discrete_posteriors, score=discrete_scores),
         Kind("LogLinearModel", LogLinearModel, {"log_linear": SpecForm(("model", "method", "margins"),
                                                                    log_linear_from_spec)},

@@ -139,6 +139,22 @@ def treatment_features(model: MarkovNetwork) -> dict[tuple[str, ...], np.ndarray
     return out
 
 
+def positive_potentials(model: MarkovNetwork) -> None:
+    """Refuse a network with a zero potential entry: its log-linear terms are infinite.
+
+    Raises
+    ------
+    ValueError
+        Naming the potential.
+    """
+    for scope, table in model.potentials.items():
+        if (table.values <= 0).any():
+            raise ValueError(f"the fitted potential on {scope!r} has zero entries (an empty cell of a margin, "
+                             "or cells the structural zeros leave without mass): the estimate is on the boundary, "
+                             "its log-linear terms are infinite and have no asymptotic standard errors "
+                             "(dpgm.bootstrap gives standard errors)")
+
+
 def potential_errors(model: MarkovNetwork, n: float) -> dict[str, xr.DataArray]:
     """Standard errors of a fitted network's potentials in canonical form, by the delta method:
     ``se(phi) = phi se(log phi)``, where ``log phi_S(x) = sum_A lambda_A(x_A)`` and the ``lambda``'s
@@ -161,12 +177,7 @@ def potential_errors(model: MarkovNetwork, n: float) -> dict[str, xr.DataArray]:
     )
     from dpgm.models.parameters import parameter_tables
 
-    for scope, table in model.potentials.items():
-        if (table.values <= 0).any():
-            raise ValueError(f"the fitted potential on {scope!r} has zero entries (an empty cell of a margin, "
-                             "or cells the structural zeros leave without mass): the estimate is on the boundary, "
-                             "its log-linear terms are infinite and have no asymptotic standard errors "
-                             "(dpgm.bootstrap gives standard errors)")
+    positive_potentials(model)
     n_params = model.n_free_parameters()
     if n_params > MAX_INFORMATION_PARAMETERS:
         raise ValueError(f"{n_params:,} free parameters: the information matrix is not formed beyond "

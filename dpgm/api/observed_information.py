@@ -34,6 +34,7 @@ The cost grows as ``D^2`` log-likelihoods per row: the moves are capped at
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ import xarray as xr
 
 from dpgm.stats.source import DataSource
 
-__all__ = ["MAX_MOVES", "STEP", "Moves", "observed_errors", "parameter_moves"]
+__all__ = ["MAX_MOVES", "STEP", "Moves", "information", "observed_errors", "parameter_moves", "potential_observed_errors"]
 
 MAX_MOVES = 40
 STEP = 1e-4
@@ -171,30 +172,30 @@ def parameter_moves(model: Any) -> Moves:
                  np.asarray(limits))
 
 
-def _points(moves: Moves, diagonal: bool = False) -> np.ndarray:
+def _points(steps: np.ndarray, diagonal: bool = False) -> np.ndarray:
     """``(points, moves)``: the estimate, ``+/- h_j`` along every move, ``(+/- h_j, +/- h_k)`` along every pair
     (``diagonal``: not the pairs)."""
-    d = 0 if diagonal else moves.directions.shape[1]
-    points = [np.zeros(moves.directions.shape[1])]
-    for j in range(moves.directions.shape[1]):
-        for sign in (1, -1):
-            point = np.zeros(moves.directions.shape[1])
-            point[j] = sign * moves.steps[j]
-            points.append(point)
+    d = len(steps)
+    points = [np.zeros(d)]
     for j in range(d):
+        for sign in (1, -1):
+            point = np.zeros(d)
+            point[j] = sign * steps[j]
+            points.append(point)
+    for j in range(0 if diagonal else d):
         for k in range(j + 1, d):
             for a, b in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
                 point = np.zeros(d)
-                point[j], point[k] = a * moves.steps[j], b * moves.steps[k]
+                point[j], point[k] = a * steps[j], b * steps[k]
                 points.append(point)
     return np.array(points)
 
 
-def _hessian(moves: Moves, values: np.ndarray, diagonal: bool = False) -> np.ndarray:
+def _hessian(steps: np.ndarray, values: np.ndarray, diagonal: bool = False) -> np.ndarray:
     """``Z^T (d^2 l) Z`` from the log-likelihoods at :func:`_points` (central differences); ``diagonal``: its
     diagonal only."""
-    d = moves.directions.shape[1]
-    h = moves.steps
+    d = len(steps)
+    h = steps
     base = values[0]
     hessian = np.zeros((d, d))
     for j in range(d):
@@ -234,56 +235,126 @@ def _running(source: DataSource) -> DataSource:
     return source
 
 
-def _logliks(score: Any, model: Any, moves: Moves, points: np.ndarray, source: DataSource) -> tuple[np.ndarray, float]:
-    """The data's log-likelihood at every point (one pass), and its rows' total weight."""
-    from dpgm.models.parameters import with_parameters
+def _logliks(score: Any, models: list[Any], source: DataSource) -> tuple[np.ndarray, float]:
+    """The data's log-likelihood under every model (one pass), and its rows' total weight."""
     from dpgm.stats.engine import map_reduce
 
-    parts = []
-    for point in points:
-        theta = moves.theta + moves.directions @ point
-        perturbed = with_parameters(model, moves.split(theta)) if point.any() else model
-        parts.append(score.parts(perturbed, source.data))
+    parts = [score.parts(model, source.data) for model in models]
     total = map_reduce(source.columns(parts[0].names), _loglik_kernel, name="dpgm-information",
                        shared=(parts[0].block, [p.shared for p in parts]))
     values = np.asarray(source.compute(total), dtype=float)
     return values[:-1], float(values[-1])
 
 
+def information(score: Any, perturb: Callable[[np.ndarray], Any], steps: np.ndarray, limits: np.ndarray,
+                source: DataSource) -> np.ndarray:
+    """The observed information ``-Z^T (d^2 l) Z`` along ``d`` moves, in two passes over ``source``.
+
+    ``perturb(point)`` is the model moved by ``point`` (``(d,)``, zero: the estimate);
+    ``steps`` are the moves' first finite-difference steps and ``limits`` their largest.
+    The first pass measures each move's curvature at its first step; the second takes every
+    pair at the step ``1e-4`` of the move's spread in one row, ``sqrt(n / curvature)``, where
+    the rounding and the truncation errors of the differences balance.
+    """
+    source = _running(source)
+    values, n = _logliks(score, [perturb(p) for p in _points(steps, diagonal=True)], source)
+    curvature = -_hessian(steps, values, diagonal=True)
+    spread = np.sqrt(n / np.where(curvature > 0, curvature, np.nan))
+    steps = np.minimum(np.where(np.isfinite(spread), STEP * spread, steps), limits)
+    values, _ = _logliks(score, [perturb(p) for p in _points(steps)], source)
+    matrix = -_hessian(steps, values)
+    return (matrix + matrix.T) / 2
+
+
+def _inverse(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of an information matrix on its range, and a basis of the directions it does not identify
+    (eigenvalues below ``1e-9`` of the largest)."""
+    eigenvalues, vectors = np.linalg.eigh(matrix)
+    keep = eigenvalues > max(eigenvalues.max(initial=0.0), 0.0) * 1e-9
+    return (vectors[:, keep] / eigenvalues[keep]) @ vectors[:, keep].T, vectors[:, ~keep]
+
+
+def _errors(inverse: np.ndarray, null: np.ndarray, combinations: np.ndarray) -> np.ndarray:
+    """Standard errors of the combinations ``L phi`` of the moves (rows of ``combinations``), NaN for one that
+    involves a move the information does not identify (a null direction loads on it)."""
+    variance = np.einsum("tj,jk,tk->t", combinations, inverse, combinations)
+    errors = np.sqrt(np.maximum(variance, 0.0))
+    unidentified = (null**2).sum(axis=1) > 1e-12
+    errors[(np.abs(combinations[:, unidentified]) > 0).any(axis=1)] = np.nan
+    return errors
+
+
 def observed_errors(score: Any, model: Any, source: DataSource) -> dict[str, xr.DataArray]:
-    """The standard errors of an EM fit's parameters from its observed information (one pass over ``source``).
+    """The standard errors of an EM fit's parameters from its observed information (two passes over ``source``).
 
     ``score`` is the kind's score function (:mod:`dpgm.api.score_kinds`, whose ``parts``
     give the per-row block). Returns ``{name: standard errors}`` shaped and labelled as
-    :func:`dpgm.models.parameters.parameter_tables`.
+    :func:`dpgm.models.parameters.parameter_tables`. A Markov network's are its potentials'
+    in canonical form (:func:`potential_observed_errors`).
 
     Raises
     ------
     ValueError
         More than :data:`MAX_MOVES` free parameters.
     """
-    from dpgm.models.parameters import parameter_tables
+    from dpgm.models.markov import MarkovNetwork
+    from dpgm.models.parameters import parameter_tables, with_parameters
 
+    if isinstance(model, MarkovNetwork):
+        return potential_observed_errors(score, model, source)
     moves = parameter_moves(model)
-    source = _running(source)
-    # first pass: each move's curvature at the first guess of its step; then the step 1e-4 of the move's spread
-    # in one row, sqrt(n / curvature), where the rounding and the truncation errors of the differences balance
-    values, n = _logliks(score, model, moves, _points(moves, diagonal=True), source)
-    curvature = -_hessian(moves, values, diagonal=True)
-    spread = np.sqrt(n / np.where(curvature > 0, curvature, np.nan))
-    steps = np.where(np.isfinite(spread), STEP * spread, moves.steps)
-    moves = dataclasses.replace(moves, steps=np.minimum(steps, moves.limits))
-    values, _ = _logliks(score, model, moves, _points(moves), source)
-    information = -_hessian(moves, values)
-    information = (information + information.T) / 2
-    eigenvalues, vectors = np.linalg.eigh(information)
-    keep = eigenvalues > max(eigenvalues.max(initial=0.0), 0.0) * 1e-9
-    inverse = (vectors[:, keep] / eigenvalues[keep]) @ vectors[:, keep].T
-    z = moves.directions
-    variance = np.einsum("tj,jk,tk->t", z, inverse, z)
-    unidentified = (vectors[:, ~keep] ** 2).sum(axis=1) > 1e-12 if (~keep).any() else np.zeros(z.shape[1], bool)
-    errors = np.sqrt(np.maximum(variance, 0.0))
-    errors[(np.abs(z[:, unidentified]) > 0).any(axis=1)] = np.nan
+
+    def perturb(point: np.ndarray) -> Any:
+        return with_parameters(model, moves.split(moves.theta + moves.directions @ point)) if point.any() else model
+
+    inverse, null = _inverse(information(score, perturb, moves.steps, moves.limits, source))
+    errors = _errors(inverse, null, moves.directions)
     errors[moves.fixed & ~np.isfinite(moves.theta)] = np.nan
     tables = parameter_tables(model)
     return {name: tables[name].copy(data=value) for name, value in moves.split(errors).items()}
+
+
+def potential_observed_errors(score: Any, model: Any, source: DataSource) -> dict[str, xr.DataArray]:
+    """A Markov network's potentials' standard errors from its observed information, in canonical form.
+
+    The free parameters are the canonical form's treatment-coded terms ``lambda``
+    (:func:`dpgm.api.markov.treatment_features`: ``log phi_S = F_S^T lambda_S``); the moves
+    add ``F_S^T delta`` to the log potentials, and a potential's error follows by the delta
+    method, ``se(phi) = phi se(F_S^T lambda_S)`` (:func:`dpgm.api.markov.potential_errors`
+    does the same from the complete-data information). ``model`` must be in canonical form.
+
+    Raises
+    ------
+    ValueError
+        A potential has a zero entry, or more than :data:`MAX_MOVES` free parameters.
+    """
+    from dpgm.api.markov import positive_potentials, treatment_features
+    from dpgm.models.parameters import parameter_tables
+
+    positive_potentials(model)
+    features = treatment_features(model)
+    sizes = [len(matrix) for matrix in features.values()]
+    if sum(sizes) > MAX_MOVES:
+        raise ValueError(f"{sum(sizes)} free parameters: the observed information of an EM fit is formed by "
+                         f"finite differences for at most {MAX_MOVES} (dpgm.bootstrap gives standard errors for "
+                         "any size)")
+    logs = {scope: np.log(model.potentials[scope].values) for scope in model.scopes}
+    blocks = dict(zip(features, np.split(np.arange(sum(sizes)), np.cumsum(sizes)[:-1]), strict=True))
+
+    def perturb(point: np.ndarray) -> Any:
+        if not point.any():
+            return model
+        return model.with_log_potentials(
+            {scope: logs[scope] + (features[scope].T @ point[blocks[scope]]).reshape(logs[scope].shape)
+             if scope in features else logs[scope] for scope in model.scopes})
+
+    d = sum(sizes)
+    inverse, null = _inverse(information(score, perturb, np.full(d, STEP), np.full(d, np.inf), source))
+    names = {(name[len("table:"):] if name.startswith("table:") else name): name for name in parameter_tables(model)}
+    errors = {}
+    for scope, matrix in features.items():
+        block = blocks[scope]
+        table = model.potentials[scope]
+        log_errors = _errors(inverse[np.ix_(block, block)], null[block], matrix.T).reshape(table.shape)
+        errors[names[",".join(scope)]] = table.copy(data=table.values * log_errors)
+    return errors

@@ -173,7 +173,10 @@ def fit_undirected_em(model, source: DataSource, *, tol, max_iter, callback, m_s
     result = em_result(state, "em", n_params=n_params, n_rows=total_rows(source))
     result.info["latent"] = [v for v in model.variables if v not in states]
     result.info["m_step"] = m_step
-    return order.restore(result)
+    result = order.restore(result)
+    if markov and all((table.values > 0).all() for table in result.model.potentials.values()):
+        result.model = result.model.canonical()  # as the complete-data fits give it, and its standard errors
+    return result
 
 
 def _perturbed(model, rng: np.random.Generator):

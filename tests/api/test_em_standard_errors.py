@@ -290,3 +290,57 @@ def test_mixture_observed_information_errors_agree_with_the_bootstrap():
     for name in ("weights", "means", "covariances"):
         np.testing.assert_allclose(boot.standard_errors[name].values / asymptotic[name].values, 1.0,
                                    atol=4 / np.sqrt(2 * (replicates - 1)), err_msg=name)
+
+
+def test_markov_network_em_potential_errors_equal_a_numerical_hessian_of_the_enumerated_likelihood():
+    """A star Markov network over a latent ``h`` and four observed items (10% of their values missing), fitted
+    by EM; the oracle's parameters are the logs of the canonical potentials' entries other than 1 (a bijection
+    with the canonical terms), its likelihood the enumerated joint summed over ``h`` and each row's missing
+    values, and a potential's error ``phi se(log phi)``."""
+    from itertools import product
+
+    items = ["a", "b", "c", "d"]
+    rng = np.random.default_rng(3)
+    n = 2500
+    h = rng.random(n) < 0.4
+    p = np.where(h[:, None], [0.8, 0.7, 0.25, 0.6], [0.2, 0.3, 0.7, 0.35])
+    codes = (rng.random((n, 4)) < p).astype(np.int8)
+    codes[rng.random((n, 4)) < 0.1] = -1
+    states = {v: ["n", "y"] for v in items}
+    data = xr.Dataset({v: ("row", codes[:, i]) for i, v in enumerate(items)})
+    for v in items:
+        data[v].attrs["states"] = states[v]
+    model = dpgm.MarkovNetwork.from_cliques([("h", v) for v in items], {"h": ["0", "1"], **states})
+    result = _quiet(model, data, n_init=1, random_state=0)
+    fitted = result.model
+    scopes = list(fitted.scopes)
+    logs = {s: np.log(fitted.potentials[s].transpose(*s).values) for s in scopes}
+    free = {s: np.abs(logs[s]) > 0 for s in scopes}  # the canonical form's entries fixed at 1 have log 0
+    order = ["h", *items]
+    cells = np.array(list(product(range(2), repeat=5)))
+    patterns, counts = np.unique(codes, axis=0, return_counts=True)
+    consistent = np.array([[np.all((q < 0) | (q == c[1:])) for c in cells] for q in patterns])
+
+    def loglik(theta):
+        start, total = 0, np.zeros(len(cells))
+        for s in scopes:
+            table = logs[s].copy()
+            k = int(free[s].sum())
+            table[free[s]] = theta[start:start + k]
+            start += k
+            total += table[tuple(cells[:, order.index(v)] for v in s)]
+        log_p = total - logsumexp(total)
+        return float(counts @ logsumexp(np.where(consistent, log_p[None, :], -np.inf), axis=1))
+
+    theta = np.concatenate([logs[s][free[s]] for s in scopes])
+    log_errors = _covariance(loglik, theta, np.eye(len(theta)))
+    assert len(theta) == 9
+    errors = result.standard_errors
+    start = 0
+    for s in scopes:
+        k = int(free[s].sum())
+        expected = np.zeros(logs[s].shape)
+        expected[free[s]] = np.exp(logs[s][free[s]]) * log_errors[start:start + k]
+        start += k
+        got = errors[",".join(s)].transpose(*s).values
+        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=1e-12)
