@@ -159,22 +159,16 @@ def _key_words(cardinalities: Sequence[int]) -> tuple[np.ndarray, int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _slot_table(keys, capacity):
-    """An open-addressing table of ``capacity`` slots holding patterns ``0 .. len(keys) - 1`` by their keys: a
-    slot is the pattern + 1 (0: empty) followed by its key's words, so a probe reads one place."""
-    n_words = keys.shape[1]
+def _slot_table(hashes, capacity):
+    """An open-addressing table of ``capacity`` slots holding patterns ``0 .. len(hashes) - 1`` by their hashes:
+    a slot is the pattern + 1 (0: empty), four bytes, so that the table of a chunk's patterns stays in cache."""
     mask = np.uint64(capacity - 1)
-    slots = np.zeros((capacity, n_words + 1), dtype=np.uint64)
-    for p in range(keys.shape[0]):
-        h = np.uint64(_GOLDEN)
-        for k in range(n_words):
-            h = _mix(h ^ keys[p, k])
-        slot = h & mask
-        while slots[slot, 0] != 0:
+    slots = np.zeros(capacity, dtype=np.int32)
+    for p in range(hashes.shape[0]):
+        slot = hashes[p] & mask
+        while slots[slot] != 0:
             slot = (slot + np.uint64(1)) & mask
-        slots[slot, 0] = np.uint64(p + 1)
-        for k in range(n_words):
-            slots[slot, k + 1] = keys[p, k]
+        slots[slot] = p + 1
     return slots
 
 
@@ -190,8 +184,9 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
     pattern = np.empty(n, dtype=np.int64)
     cells = np.empty((n, n_tables), dtype=np.int64)
     pattern_keys = np.empty((n, n_words), dtype=np.uint64)
+    pattern_hashes = np.empty(n, dtype=np.uint64)
     capacity = 4096
-    slots = np.zeros((capacity, n_words + 1), dtype=np.uint64)
+    slots = np.zeros(capacity, dtype=np.int32)
     mask = np.uint64(capacity - 1)
     keys = np.empty((max(n_words, 1), ROW_BLOCK), dtype=np.uint64)
     hashes = np.empty(ROW_BLOCK, dtype=np.uint64)
@@ -227,12 +222,14 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                     cell[r] += weight * (cardinality if c < 0 else c)
                 weight *= cardinality + 1
         for r in range(m):
-            slot = hashes[r] & mask
+            h = hashes[r]
+            slot = h & mask
             while True:
-                entry = slots[slot, 0]
-                if entry == 0:  # a new pattern: its key, and its cells from the row's codes
+                entry = slots[slot]
+                if entry == 0:  # a new pattern: its hash, key, and cells from the row's codes
                     p = found
                     found += 1
+                    pattern_hashes[p] = h
                     for k in range(n_words):
                         pattern_keys[p, k] = keys[k, r]
                     for t in range(n_tables):
@@ -240,18 +237,18 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                     if 2 * found > capacity:  # at most half full: grow
                         capacity *= 2
                         mask = np.uint64(capacity - 1)
-                        slots = _slot_table(pattern_keys[:found], capacity)
+                        slots = _slot_table(pattern_hashes[:found], capacity)
                     else:
-                        slots[slot, 0] = np.uint64(p + 1)
-                        for k in range(n_words):
-                            slots[slot, k + 1] = keys[k, r]
+                        slots[slot] = p + 1
                     break
-                same = True
-                for k in range(n_words):
-                    same &= slots[slot, k + 1] == keys[k, r]
-                if same:
-                    p = np.int64(entry) - 1
-                    break
+                q = entry - 1
+                if pattern_hashes[q] == h:  # the same hash: the keys decide
+                    same = True
+                    for k in range(n_words):
+                        same &= pattern_keys[q, k] == keys[k, r]
+                    if same:
+                        p = np.int64(q)
+                        break
                 slot = (slot + np.uint64(1)) & mask
             pattern[start + r] = p
     size = np.zeros(found, dtype=np.int64)
@@ -289,9 +286,10 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
     ``out`` is (replicate blocks, cells, lanes), ``rows`` (replicate blocks, lanes): lane ``x`` of
     block ``b`` is replicate ``b * lanes + x``, the draw of the 16 bits at bit ``16 * (x % 4)`` of
     the generator's output ``b * lanes / 4 + x // 4 + 1``. Whole weights add up in uint16 lanes,
-    :data:`_FLUSH` rows at a time.
+    :data:`_FLUSH` rows at a time: a pattern's sums, and each cell's sums until the rows added to
+    it would reach :data:`_FLUSH` (then into ``out``); frequency weights in float64.
     """
-    blocks, _, lanes = out.shape
+    blocks, n_cells, lanes = out.shape
     n_patterns, n_tables = cells.shape
     outputs = lanes // 4
     words = np.empty(outputs, dtype=np.uint64)
@@ -301,6 +299,8 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
         uniforms = np.empty(lanes, dtype=np.uint16)
     small = np.zeros(lanes, dtype=np.uint16)
     sums = np.zeros(lanes, dtype=out.dtype)
+    held = np.zeros((0 if weighted else n_cells, lanes), dtype=np.uint16)  # whole sums not yet in out
+    held_rows = np.zeros(0 if weighted else n_cells, dtype=np.int64)
     for block in range(blocks):
         first = block * outputs
         count = min(outputs, (replicates + 3) // 4 - first)
@@ -309,6 +309,7 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
         total = rows[block]
         for p in range(n_patterns):
             sums[:width] = 0
+            size = starts[p + 1] - starts[p]
             if weighted:
                 for r in range(starts[p], starts[p + 1]):
                     _outputs(seeds[r], first, count, words)
@@ -330,10 +331,32 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                         sums[x] += small[x]
             for x in range(width):
                 total[x] += sums[x]
-            for t in range(n_tables):
-                target = table[cells[p, t]]
+            if weighted or size > _FLUSH:
+                for t in range(n_tables):
+                    target = table[cells[p, t]]
+                    for x in range(width):
+                        target[x] += sums[x]
+                continue
+            for t in range(n_tables):  # small: the pattern's whole sums, exact in uint16
+                cell = cells[p, t]
+                pending = held[cell]
+                if held_rows[cell] + size > _FLUSH:
+                    target = table[cell]
+                    for x in range(width):
+                        target[x] += pending[x]
+                        pending[x] = 0
+                    held_rows[cell] = 0
+                held_rows[cell] += size
                 for x in range(width):
-                    target[x] += sums[x]
+                    pending[x] += small[x]
+        for cell in range(held_rows.shape[0]):
+            if held_rows[cell] > 0:
+                target = table[cell]
+                pending = held[cell]
+                for x in range(width):
+                    target[x] += pending[x]
+                    pending[x] = 0
+                held_rows[cell] = 0
 
 
 @numba.njit(nogil=True, cache=True)

@@ -5,7 +5,7 @@ Oracle: each replicate's weights recomputed without dpgm (a pure-Python SplitMix
 each table counted by ``np.bincount`` of the rows' mixed-radix cells with those weights. Whole
 weights: equal exactly; frequency weights: ``rtol=1e-12`` (float sums in another order). The
 cases reach the kernel's edges: replicates in two blocks (more than 256), patterns whose weights
-add up past its uint16 lanes, pattern keys of several 64-bit words, no variables at all.
+add up past its uint16 lanes (in one pattern, and over the patterns of one cell), pattern keys of several 64-bit words, no variables at all.
 """
 
 from __future__ import annotations
@@ -99,6 +99,24 @@ def test_patterns_of_more_rows_than_the_uint16_lanes_hold_at_once():
     every = replicate_count_chunk(codes, positions, plan, 2, 0)
     assert every["tables"].max() > 2**16
     _assert_replicates(every, codes, plan, positions, 0, range(2))
+
+
+def test_many_small_patterns_of_one_cell_add_up_past_the_uint16_lanes():
+    """150,000 rows in about 200 patterns of (a, b), counted in a's table alone: each cell of it gathers
+    patterns of about 700 rows until their weights would pass 2**16 - 1 (then they are added to the
+    tables), and one pattern of 15,000 rows that is added directly; B = 300, two blocks of replicates."""
+    rng = np.random.default_rng(4)
+    n = 150_000
+    a = rng.integers(0, 2, n).astype(np.int8)
+    b = rng.integers(0, 100, n).astype(np.int8)
+    a[:15_000], b[:15_000] = 0, 0
+    b[rng.random(n) < 0.01] = -1
+    codes = [a, b]
+    plan = CountPlan(("a", "b"), (2, 100), ((0,),))
+    positions = np.arange(n)
+    every = replicate_count_chunk(codes, positions, plan, 300, 9)
+    assert every["tables"].max() > 2**16
+    _assert_replicates(every, codes, plan, positions, 9, [0, 1, 255, 256, 299])
 
 
 def test_pattern_keys_of_several_words_and_no_variables():
