@@ -45,7 +45,8 @@ class BootstrapResult:
         Every parameter of every replicate's fit (:func:`dpgm.models.parameters.parameter_tables`),
         over ``replicate`` first, with ``loglik``, ``converged`` and ``passes`` per replicate.
     passes
-        Passes over the data (all fits together).
+        Passes over the data (all fits together; in memory, where each fit's passes run on their own,
+        their sum).
     random_state
         Seed of the Poisson weights.
     """

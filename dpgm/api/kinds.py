@@ -13,8 +13,8 @@ Examples
 --------
 >>> from dpgm.api.kinds import kind_named
 >>> kind = kind_named("GaussianMixture")
->>> kind.default_method, sorted(kind.methods), kind.spec_names
-('em', ['em'], ('gaussian_mixture',))
+>>> kind.default_method, sorted(kind.methods), sorted(kind.spec_names)
+('em', ['em'], ['gaussian_mixture'])
 """
 
 from __future__ import annotations

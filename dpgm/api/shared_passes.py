@@ -77,7 +77,8 @@ class SharedPasses:
     Attributes
     ----------
     passes
-        Merged passes run so far.
+        Merged passes run so far. A pass over data in memory (NumPy, not Dask, arrays) is run by
+        its own job as it is asked for, and counts as one too.
     """
 
     def __init__(self, client: Any = None, progress: Any = False):
@@ -132,7 +133,9 @@ class SharedPasses:
         """Job ``index``'s pass: queued, then answered by the next merged pass."""
         from dpgm.stats.folds import is_lazy
 
-        if not is_lazy(lazy):
+        if not is_lazy(lazy):  # data in memory: the job's pass has run already, on its own
+            with self._lock:
+                self.passes += 1
             return lazy
         with self._lock:
             if self._closed:

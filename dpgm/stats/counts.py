@@ -218,10 +218,10 @@ def counts(
     --------
     >>> import pandas as pd
     >>> import dpgm
-    >>> ds = dpgm.from_pandas(pd.DataFrame({"a": ["x", "y", "x"], "b": ["u", "u", None]}))
+    >>> ds = dpgm.from_pandas(pd.DataFrame({"a": ["x", "y", "x"], "b": ["u", "v", None]}))
     >>> tables = dpgm.counts(ds, [("a", "b")])
     >>> tables[("a", "b")].values.tolist(), tables.n_missing[("a", "b")]
-    ([[1, 0], [1, 0]], 1)
+    ([[1, 0], [0, 1]], 1)
     """
     from dpgm.stats.source import DataSource
 
