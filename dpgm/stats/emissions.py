@@ -34,7 +34,13 @@ import numpy as np
 from scipy.special import gammaln
 
 from dpgm.errors import DataError
-from dpgm.stats.mixture import ComponentParameters, _log_joint, _pattern_log_density, _patterns
+from dpgm.stats.mixture import (
+    ComponentParameters,
+    _log_joint,
+    _pattern_log_density,
+    _patterns,
+    add_filled_moments,
+)
 
 __all__ = ["CategoricalPlan", "GaussianPlan", "MixturePlan", "PoissonPlan"]
 
@@ -230,16 +236,8 @@ def _moments(values: np.ndarray, weights: np.ndarray, params: ComponentParameter
             stats["s2"][c] += (centred * r[:, None]).T @ centred
     for observed, group in _patterns(present, np.nonzero(~complete & present.any(axis=1))[0]):
         _, filled = _pattern_log_density(values[group], observed, params)
-        for c, (centred, conditional, m) in enumerate(filled):
-            r = weights[group, c]
-            stats["nk"][c] += r.sum()
-            stats["s1"][c] += r @ centred
-            if diagonal_statistics:
-                stats["s2"][c] += r @ (centred * centred)
-                stats["s2"][c][m] += r.sum() * np.diag(conditional)
-            else:
-                stats["s2"][c] += (centred * r[:, None]).T @ centred
-                stats["s2"][c][np.ix_(m, m)] += r.sum() * conditional
+        stats["nk"] += weights[group].sum(axis=0)
+        add_filled_moments(stats, weights[group], filled, diagonal_statistics)
 
 
 def _logsumexp_last(a: np.ndarray) -> np.ndarray:

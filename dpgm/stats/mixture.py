@@ -39,8 +39,8 @@ from dpgm.stats.rows import row_map
 if TYPE_CHECKING:
     from dpgm.stats.source import DataSource
 
-__all__ = ["ComponentParameters", "RowSample", "estep_pass", "log_responsibilities", "responsibility_map",
-           "row_log_likelihood", "sample_pass"]
+__all__ = ["ComponentParameters", "RowSample", "add_filled_moments", "estep_pass", "log_responsibilities",
+           "responsibility_map", "row_log_likelihood", "sample_pass"]
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -218,17 +218,25 @@ def estep_chunk(values: np.ndarray, weights: np.ndarray, restarts: Sequence[tupl
             stats["loglik"] += float(w @ norm)
             resp = np.exp(log_joint - norm[:, None]) * w[:, None]
             stats["nk"] += resp.sum(axis=0)
-            for c, (centred, conditional, m) in enumerate(filled):
-                r = resp[:, c]
-                stats["s1"][c] += r @ centred
-                if diagonal_statistics:
-                    stats["s2"][c] += r @ (centred * centred)
-                    stats["s2"][c][m] += r.sum() * np.diag(conditional)
-                else:
-                    stats["s2"][c] += (centred * r[:, None]).T @ centred
-                    stats["s2"][c][np.ix_(m, m)] += r.sum() * conditional
+            add_filled_moments(stats, resp, filled, diagonal_statistics)
         out.append(stats)
     return {"counts": counts, "restarts": out}
+
+
+def add_filled_moments(stats: dict[str, Any], resp: np.ndarray, filled: list, diagonal_statistics: bool) -> None:
+    """Add one missingness pattern's rows to each component's ``s1`` and ``s2``: ``resp (rows, K)`` their
+    weights, ``filled`` (:func:`_pattern_log_density`'s) per component the rows centred with their missing
+    coordinates filled by the conditional mean, the conditional covariance, and the missing coordinates
+    (whose conditional covariance each row adds to ``s2``)."""
+    for c, (centred, conditional, m) in enumerate(filled):
+        r = resp[:, c]
+        stats["s1"][c] += r @ centred
+        if diagonal_statistics:
+            stats["s2"][c] += r @ (centred * centred)
+            stats["s2"][c][m] += r.sum() * np.diag(conditional)
+        else:
+            stats["s2"][c] += (centred * r[:, None]).T @ centred
+            stats["s2"][c][np.ix_(m, m)] += r.sum() * conditional
 
 
 def log_responsibilities(values: np.ndarray, params: ComponentParameters) -> np.ndarray:
