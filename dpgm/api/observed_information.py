@@ -12,7 +12,10 @@ quantities), restricted to the moves the parameters' constraints allow:
   error is 0, as a complete-data CPT entry's);
 * a symmetric matrix (a covariance, dims ``d`` and ``d_``) moves ``(i, j)`` and ``(j, i)``
   together;
-* every other entry (means, coefficients, scales, weights) moves alone.
+* every other entry (means, coefficients, scales, weights) moves alone;
+* a Markov network's potentials (not identifiable as they stand: a potential can be
+  scaled, a term two scopes share can sit in either) move along the canonical form's
+  treatment-coded terms ``lambda`` (:func:`potential_observed_errors`).
 
 These moves are the columns of ``Z``; with ``theta = theta_hat + Z phi``, the
 covariance of ``theta`` is ``Z (Z^T J Z)^-1 Z^T`` whatever the basis. ``Z^T J Z`` is
