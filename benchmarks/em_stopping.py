@@ -67,7 +67,12 @@ NOTES = {
                "1.37 below the best known maximum, so it never comes within 1e-6 per row of it; SQUAREM climbs "
                "to it.",
     "insurance": "insurance: plain EM's converged fit is 7.7 tol below the maximum the default reaches (0.017 "
-                 "below it); its last estimate, 0.5 tol, was 15x short.",
+                 "below it); its last estimate, 0.5 tol, was 15x short of that. Its whole path "
+                 "(`results/em_trajectory_insurance.md`) shows why: it comes near two stationary points below the "
+                 "maximum, gains shrinking geometrically (ratio 0.992-0.998) while the distance to the maximum "
+                 "stays put; it leaves the first (0.085 below) after pass 2,750, gains growing again, and stops "
+                 "near the second (0.017 below), where the estimate is that of the distance to the point it is "
+                 "coming to: a saddle, as on alarm30, not an estimate of the rate gone wrong.",
     "alarm": "alarm: plain EM creeps along a ridge; it does not meet the rule in 20,000 passes (1.2 tol below the "
              "best known maximum when stopped).",
 }
