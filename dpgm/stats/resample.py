@@ -182,7 +182,7 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
     n_variables, n = codes.shape
     n_tables = scope_starts.shape[0] - 1
     pattern = np.empty(n, dtype=np.int64)
-    cells = np.empty((n, n_tables), dtype=np.int64)
+    cells = np.empty((n, n_tables), dtype=np.int32)  # cell offsets: all tables hold at most 2**28 cells (counts.py)
     pattern_keys = np.empty((n, n_words), dtype=np.uint64)
     pattern_hashes = np.empty(n, dtype=np.uint64)
     capacity = 4096
