@@ -109,6 +109,14 @@ def _simplex_dims(model: Any, tables: dict[str, xr.DataArray]) -> dict[str, str]
     return dims | (special(model) if special else {})
 
 
+def _check_moves(count: int) -> None:
+    """Refuse more than :data:`MAX_MOVES` free parameters (a ``ValueError`` naming the bootstrap)."""
+    if count > MAX_MOVES:
+        raise ValueError(f"{count} free parameters: the observed information of an EM fit is formed by "
+                         f"finite differences for at most {MAX_MOVES} (dpgm.bootstrap gives standard errors for "
+                         "any size)")
+
+
 def parameter_moves(model: Any) -> Moves:
     """The free moves of ``model``'s estimated parameters (see the module's description).
 
@@ -166,10 +174,7 @@ def parameter_moves(model: Any) -> Moves:
         for k in index.ravel():
             if not fixed[k]:
                 move({int(k): 1.0}, max(abs(theta[k]), typical, 1e-12) if typical > 0 else 1.0)
-    if len(columns) > MAX_MOVES:
-        raise ValueError(f"{len(columns)} free parameters: the observed information of an EM fit is formed by "
-                         f"finite differences for at most {MAX_MOVES} (dpgm.bootstrap gives standard errors for "
-                         "any size)")
+    _check_moves(len(columns))
     directions = np.stack(columns, axis=1) if columns else np.zeros((len(theta), 0))
     return Moves(names, tuple(v.shape for v in values), theta, directions, np.asarray(steps), fixed,
                  np.asarray(limits))
@@ -337,10 +342,7 @@ def potential_observed_errors(score: Any, model: Any, source: DataSource) -> dic
     positive_potentials(model)
     features = treatment_features(model)
     sizes = [len(matrix) for matrix in features.values()]
-    if sum(sizes) > MAX_MOVES:
-        raise ValueError(f"{sum(sizes)} free parameters: the observed information of an EM fit is formed by "
-                         f"finite differences for at most {MAX_MOVES} (dpgm.bootstrap gives standard errors for "
-                         "any size)")
+    _check_moves(sum(sizes))
     logs = {scope: np.log(model.potentials[scope].values) for scope in model.scopes}
     blocks = dict(zip(features, np.split(np.arange(sum(sizes)), np.cumsum(sizes)[:-1]), strict=True))
 
