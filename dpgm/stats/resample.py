@@ -159,34 +159,34 @@ def _key_words(cardinalities: Sequence[int]) -> tuple[np.ndarray, int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _slot_table(hashes, capacity):
-    """An open-addressing table of ``capacity`` slots holding patterns ``0 .. len(hashes) - 1`` by their hashes:
-    a slot is the pattern + 1 (0: empty), four bytes, so that the table of a chunk's patterns stays in cache."""
-    mask = np.uint64(capacity - 1)
-    slots = np.zeros(capacity, dtype=np.int32)
+def _slot_table(hashes, slots):
+    """``slots``, an open-addressing table (its length a power of 2) holding patterns ``0 .. len(hashes) - 1`` by
+    their hashes: a slot is the pattern + 1 (0: empty), four bytes, so that the table of a chunk's patterns stays
+    in cache."""
+    mask = np.uint64(slots.shape[0] - 1)
+    slots[:] = 0
     for p in range(hashes.shape[0]):
         slot = hashes[p] & mask
         while slots[slot] != 0:
             slot = (slot + np.uint64(1)) & mask
         slots[slot] = p + 1
-    return slots
 
 
 @numba.njit(nogil=True, cache=True)
-def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_starts, table_offsets):
+def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_starts, table_offsets, pattern, cells,
+              pattern_keys, pattern_hashes, slot_space):
     """Each row's pattern: its extended codes, as ``n_words`` mixed-radix words, found in a hash table.
 
-    Returns the pattern of each row, each pattern's number of rows and its flat cell in every table
-    (patterns x tables); patterns are numbered in the order of their first row.
+    Fills ``pattern`` (rows), each pattern's flat cell in every table (``cells``: rows x tables, the first
+    rows), its key and hash (``pattern_keys``, ``pattern_hashes``), using the first slots of ``slot_space``
+    (a power of 2 at least twice the rows, or 4096) as the table; patterns are numbered in the order of
+    their first row. Returns each pattern's number of rows.
     """
     n_variables, n = codes.shape
     n_tables = scope_starts.shape[0] - 1
-    pattern = np.empty(n, dtype=np.int64)
-    cells = np.empty((n, n_tables), dtype=np.int32)  # cell offsets: all tables hold at most 2**28 cells (counts.py)
-    pattern_keys = np.empty((n, n_words), dtype=np.uint64)
-    pattern_hashes = np.empty(n, dtype=np.uint64)
-    capacity = 4096
-    slots = np.zeros(capacity, dtype=np.int32)
+    capacity = min(4096, slot_space.shape[0])
+    slots = slot_space[:capacity]
+    slots[:] = 0
     mask = np.uint64(capacity - 1)
     keys = np.empty((max(n_words, 1), ROW_BLOCK), dtype=np.uint64)
     hashes = np.empty(ROW_BLOCK, dtype=np.uint64)
@@ -237,7 +237,8 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                     if 2 * found > capacity:  # at most half full: grow
                         capacity *= 2
                         mask = np.uint64(capacity - 1)
-                        slots = _slot_table(pattern_hashes[:found], capacity)
+                        slots = slot_space[:capacity]
+                        _slot_table(pattern_hashes[:found], slots)
                     else:
                         slots[slot] = p + 1
                     break
@@ -254,20 +255,19 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
     size = np.zeros(found, dtype=np.int64)
     for r in range(n):  # the patterns' rows, counted after the probes: no dependence between these additions
         size[pattern[r]] += 1
-    return pattern, size, cells[:found]
+    return size
 
 
 @numba.njit(nogil=True, cache=True)
-def _group_rows(pattern, size, positions, random_state, base, weighted):
+def _group_rows(pattern, size, positions, random_state, base, weighted, seeds):
     """The rows ordered by pattern: where each pattern's rows start (patterns + 1), their generators' seeds
-    (:func:`dpgm.stats.folds.row_seeds`) and their frequency weights (``weighted``)."""
+    (:func:`dpgm.stats.folds.row_seeds`, into ``seeds``) and their frequency weights (``weighted``)."""
     n = pattern.shape[0]
     starts = np.zeros(size.shape[0] + 1, dtype=np.int64)
     for p in range(size.shape[0]):
         starts[p + 1] = starts[p] + size[p]
     fill = starts[:-1].copy()
     salt = np.uint64(random_state + 1) * np.uint64(_GOLDEN)
-    seeds = np.empty(n, dtype=np.uint64)
     weights = np.empty(n if weighted else 0, dtype=np.float64)
     for r in range(n):
         p = pattern[r]
@@ -280,16 +280,18 @@ def _group_rows(pattern, size, positions, random_state, base, weighted):
 
 
 @numba.njit(nogil=True, cache=True)
-def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows):
+def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held):
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
-    ``out`` is (replicate blocks, cells, lanes), ``rows`` (replicate blocks, lanes): lane ``x`` of
-    block ``b`` is replicate ``b * lanes + x``, the draw of the 16 bits at bit ``16 * (x % 4)`` of
+    ``out`` is (cells, at least ``replicates`` rounded up to a multiple of 4), ``rows`` (replicate
+    blocks, lanes): lane ``x`` of block ``b`` is replicate ``b * lanes + x`` (the column of ``out``), the draw of the 16 bits at bit ``16 * (x % 4)`` of
     the generator's output ``b * lanes / 4 + x // 4 + 1``. Whole weights add up in uint16 lanes,
     :data:`_FLUSH` rows at a time: a pattern's sums, and each cell's sums until the rows added to
-    it would reach :data:`_FLUSH` (then into ``out``); frequency weights in float64.
+    it would reach :data:`_FLUSH` (then into ``out``); frequency weights in float64. ``held``: (cells, lanes)
+    uint16 zeros (unweighted), left zero.
     """
-    blocks, n_cells, lanes = out.shape
+    n_cells = out.shape[0]
+    blocks, lanes = rows.shape
     n_patterns, n_tables = cells.shape
     outputs = lanes // 4
     words = np.empty(outputs, dtype=np.uint64)
@@ -299,13 +301,12 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
         uniforms = np.empty(lanes, dtype=np.uint16)
     small = np.zeros(lanes, dtype=np.uint16)
     sums = np.zeros(lanes, dtype=out.dtype)
-    held = np.zeros((0 if weighted else n_cells, lanes), dtype=np.uint16)  # whole sums not yet in out
     held_rows = np.zeros(0 if weighted else n_cells, dtype=np.int64)
     for block in range(blocks):
         first = block * outputs
         count = min(outputs, (replicates + 3) // 4 - first)
         width = 4 * count
-        table = out[block]
+        column = block * lanes
         total = rows[block]
         for p in range(n_patterns):
             sums[:width] = 0
@@ -333,17 +334,17 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                 total[x] += sums[x]
             if weighted or size > _FLUSH:
                 for t in range(n_tables):
-                    target = table[cells[p, t]]
+                    target = out[cells[p, t]]
                     for x in range(width):
-                        target[x] += sums[x]
+                        target[column + x] += sums[x]
                 continue
             for t in range(n_tables):  # small: the pattern's whole sums, exact in uint16
                 cell = cells[p, t]
                 pending = held[cell]
                 if held_rows[cell] + size > _FLUSH:
-                    target = table[cell]
+                    target = out[cell]
                     for x in range(width):
-                        target[x] += pending[x]
+                        target[column + x] += pending[x]
                         pending[x] = 0
                     held_rows[cell] = 0
                 held_rows[cell] += size
@@ -351,10 +352,10 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     pending[x] += small[x]
         for cell in range(held_rows.shape[0]):
             if held_rows[cell] > 0:
-                target = table[cell]
+                target = out[cell]
                 pending = held[cell]
                 for x in range(width):
-                    target[x] += pending[x]
+                    target[column + x] += pending[x]
                     pending[x] = 0
                 held_rows[cell] = 0
 
@@ -372,6 +373,17 @@ def _own_counts(starts, weights, weighted, cells, table):
             total = float(starts[p + 1] - starts[p])
         for t in range(n_tables):
             table[cells[p, t]] += total
+
+
+def _space(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A per-thread work array of the kernel (:func:`dpgm.data.columns.scratch`), reused chunk after chunk: on
+    distributed workers, whose allocator hands freed memory back to the system, fresh arrays of a chunk's size
+    cost a page fault per 4 KiB touched (about 11 ms of a 500,000-row chunk's 80 ms)."""
+    from dpgm.data.columns import scratch
+
+    dtype = np.dtype(dtype)
+    n_bytes = math.prod(shape) * dtype.itemsize
+    return scratch(f"resample-{name}", n_bytes)[:n_bytes].view(dtype).reshape(shape)
 
 
 def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
@@ -398,28 +410,37 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     columns = np.array([j for scope in plan.scopes for j in scope], dtype=np.int64)
     scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
     offsets = plan.offsets
-    pattern, size, cells = _patterns(matrix, cardinalities, *_key_words(plan.cardinalities), columns, scope_starts,
-                                     offsets)
+    word_of, n_words = _key_words(plan.cardinalities)
+    pattern, cells = _space("pattern", (n,), np.int64), _space("cells", (n, len(plan.scopes)), np.int32)
+    size = _patterns(matrix, cardinalities, word_of, n_words, columns, scope_starts, offsets, pattern, cells,
+                     _space("keys", (n, n_words), np.uint64), _space("hashes", (n,), np.uint64),
+                     _space("slots", (max(4096, 1 << (2 * n - 1).bit_length()),), np.int32))
+    cells = cells[: len(size)]
     weighted = base is not None
     starts, seeds, weights = _group_rows(pattern, size, np.asarray(positions, dtype=np.int64), random_state,
-                                         np.asarray(base if weighted else np.zeros(0), dtype=np.float64), weighted)
+                                         np.asarray(base if weighted else np.zeros(0), dtype=np.float64), weighted,
+                                         _space("seeds", (n,), np.uint64))
     # whole Poisson weights add up exactly in int32 while a chunk's total stays below 2**31 (at most 8 per row);
     # frequency weights need float64
     dtype = np.int32 if not weighted and n * len(_THRESHOLDS) < 2**31 else np.float64
     outputs = -(-replicates // 4)
     lanes = 4 * min(WORDS, outputs)
     blocks = -(-outputs * 4 // lanes)
-    out = np.zeros((blocks, int(offsets[-1]), lanes), dtype=dtype)
+    # the kernel writes every replicate's column (up to a multiple of 4), the chunk's own tables go last: when
+    # replicates is a multiple of 4 and the dtype the one asked for, that array is the result as it stands
+    written = 4 * outputs
+    out = np.zeros((int(offsets[-1]), written + own), dtype=dtype)
     rows = np.zeros((blocks, lanes), dtype=np.float64)
-    _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows)
-    tables = out.transpose(1, 0, 2).reshape(int(offsets[-1]), blocks * lanes)[:, :replicates]
+    held = _space("held", (0 if weighted else int(offsets[-1]), lanes), np.uint16)
+    held[:] = 0
+    _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held)
+    rows = rows.reshape(-1)[:replicates]
+    if own:
+        mine = np.zeros(int(offsets[-1]), dtype=np.float64)
+        _own_counts(starts, weights, weighted, cells, mine)
+        out[:, written] = mine  # whole counts below 2**31 when the dtype is int32: exact
+        rows = np.append(rows, float(weights.sum()) if weighted else float(n))
+    if written != replicates:
+        out = out[:, [*range(replicates), *([written] if own else [])]]
     integer = integer and dtype == np.int32
-    if not own:
-        return {"tables": tables.copy() if integer else tables.astype(np.float64), "rows": rows.reshape(-1)[:replicates]}
-    every = np.empty((int(offsets[-1]), replicates + 1), dtype=np.int32 if integer else np.float64)
-    every[:, :replicates] = tables
-    mine = np.zeros(int(offsets[-1]), dtype=np.float64)
-    _own_counts(starts, weights, weighted, cells, mine)
-    every[:, replicates] = mine  # whole counts below 2**31 when integer: exact
-    total = float(weights.sum()) if weighted else float(n)
-    return {"tables": every, "rows": np.append(rows.reshape(-1)[:replicates], total)}
+    return {"tables": out if integer else out.astype(np.float64, copy=False), "rows": rows}
