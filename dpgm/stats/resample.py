@@ -280,15 +280,17 @@ def _group_rows(pattern, size, positions, random_state, base, weighted, seeds):
 
 
 @numba.njit(nogil=True, cache=True)
-def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held):
+def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table):
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
     ``out`` is (cells, at least ``replicates`` rounded up to a multiple of 4), ``rows`` (replicate
-    blocks, lanes): lane ``x`` of block ``b`` is replicate ``b * lanes + x`` (the column of ``out``), the draw of the 16 bits at bit ``16 * (x % 4)`` of
-    the generator's output ``b * lanes / 4 + x // 4 + 1``. Whole weights add up in uint16 lanes,
-    :data:`_FLUSH` rows at a time: a pattern's sums, and each cell's sums until the rows added to
-    it would reach :data:`_FLUSH` (then into ``out``); frequency weights in float64. ``held``: (cells, lanes)
-    uint16 zeros (unweighted), left zero.
+    blocks, lanes): lane ``x`` of block ``b`` is replicate ``b * lanes + x`` (the column of ``out``), the
+    draw of the 16 bits at bit ``16 * (x % 4)`` of the generator's output ``b * lanes / 4 + x // 4 + 1``.
+    Whole weights add up in uint16 lanes, :data:`_FLUSH` rows at a time: a pattern's sums, and each
+    cell's sums until the rows added to it would reach :data:`_FLUSH` (then into ``out``); frequency
+    weights in float64. ``held``: (cells, lanes) uint16 zeros (unweighted), left zero. ``first_table``:
+    the rows of ``out`` that hold the first table (each row of the chunk falls in one of its cells, so
+    their sums are the replicates' rows), or an empty range when there are no tables.
     """
     n_cells = out.shape[0]
     blocks, lanes = rows.shape
@@ -309,36 +311,49 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
         column = block * lanes
         total = rows[block]
         for p in range(n_patterns):
-            sums[:width] = 0
             size = starts[p + 1] - starts[p]
-            if weighted:
-                for r in range(starts[p], starts[p + 1]):
-                    _outputs(seeds[r], first, count, words)
-                    if not _LITTLE_ENDIAN:
-                        _quarters(words, count, uniforms)
-                    scale = weights[r]
-                    for x in range(width):
-                        sums[x] += _draw(uniforms[x]) * scale
-            else:
-                for begin in range(starts[p], starts[p + 1], _FLUSH):
-                    small[:width] = 0
-                    for r in range(begin, min(begin + _FLUSH, starts[p + 1])):
+            if weighted or size > _FLUSH or n_tables == 0:  # the pattern's sums in out's dtype, added directly
+                sums[:width] = 0
+                if weighted:
+                    for r in range(starts[p], starts[p + 1]):
                         _outputs(seeds[r], first, count, words)
                         if not _LITTLE_ENDIAN:
                             _quarters(words, count, uniforms)
+                        scale = weights[r]
                         for x in range(width):
-                            small[x] += np.uint16(_draw(uniforms[x]))
+                            sums[x] += _draw(uniforms[x]) * scale
+                else:
+                    for begin in range(starts[p], starts[p + 1], _FLUSH):
+                        small[:width] = 0
+                        for r in range(begin, min(begin + _FLUSH, starts[p + 1])):
+                            _outputs(seeds[r], first, count, words)
+                            if not _LITTLE_ENDIAN:
+                                _quarters(words, count, uniforms)
+                            for x in range(width):
+                                small[x] += np.uint16(_draw(uniforms[x]))
+                        for x in range(width):
+                            sums[x] += small[x]
+                if n_tables == 0:
                     for x in range(width):
-                        sums[x] += small[x]
-            for x in range(width):
-                total[x] += sums[x]
-            if weighted or size > _FLUSH:
+                        total[x] += sums[x]
                 for t in range(n_tables):
                     target = out[cells[p, t]]
                     for x in range(width):
                         target[column + x] += sums[x]
                 continue
-            for t in range(n_tables):  # small: the pattern's whole sums, exact in uint16
+            r = starts[p]  # at most _FLUSH rows: their whole sums in uint16, held per cell
+            _outputs(seeds[r], first, count, words)
+            if not _LITTLE_ENDIAN:
+                _quarters(words, count, uniforms)
+            for x in range(width):
+                small[x] = np.uint16(_draw(uniforms[x]))
+            for r in range(starts[p] + 1, starts[p + 1]):
+                _outputs(seeds[r], first, count, words)
+                if not _LITTLE_ENDIAN:
+                    _quarters(words, count, uniforms)
+                for x in range(width):
+                    small[x] += np.uint16(_draw(uniforms[x]))
+            for t in range(n_tables):
                 cell = cells[p, t]
                 pending = held[cell]
                 if held_rows[cell] + size > _FLUSH:
@@ -358,6 +373,10 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     target[column + x] += pending[x]
                     pending[x] = 0
                 held_rows[cell] = 0
+        for cell in range(first_table[0], first_table[1]):
+            source = out[cell]
+            for x in range(width):
+                total[x] += source[column + x]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -433,7 +452,8 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     rows = np.zeros((blocks, lanes), dtype=np.float64)
     held = _space("held", (0 if weighted else int(offsets[-1]), lanes), np.uint16)
     held[:] = 0
-    _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held)
+    first_table = (int(offsets[0]), int(offsets[1])) if len(offsets) > 1 else (0, 0)
+    _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table)
     rows = rows.reshape(-1)[:replicates]
     if own:
         mine = np.zeros(int(offsets[-1]), dtype=np.float64)
