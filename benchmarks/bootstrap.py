@@ -147,10 +147,19 @@ def run(rows: list[int], replicates: list[int], naive: int, repeats: int) -> lis
                 record[name] = {"wall": statistics.median(x["wall"] for x in measured),
                                 "cpu": statistics.median(x["cpu"] for x in measured),
                                 "span": statistics.median(x["span"] for x in measured),
+                                "walls": [x["wall"] for x in measured],
                                 "passes": measured[-1]["passes"]}
             print(json.dumps(record), flush=True)
             records.append(record)
     return records
+
+
+def _spread(boot: dict, count: dict) -> str:
+    """The wall ratios of the repeats (each repeat times both, side by side): least, median and most."""
+    if "walls" not in boot:  # results written before the repeats were kept
+        return "-"
+    ratios = sorted(b / c for b, c in zip(boot["walls"], count["walls"], strict=True))
+    return f"{ratios[0]:.2f}x / {statistics.median(ratios):.2f}x / {ratios[-1]:.2f}x"
 
 
 def _write(results: dict, name: str) -> None:
@@ -169,8 +178,8 @@ def _write(results: dict, name: str) -> None:
              "result).",
              "", "| rows | chunks | B | passes | wall s (bootstrap / one count pass) | wall ratio | CPU ratio | "
              "pass s (bootstrap / count) | pass ratio | driver s | one by one, B passes: wall s (extrapolated) | "
-             "bootstrap faster by (wall) |",
-             "|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
+             "bootstrap faster by (wall) | wall ratio in each repeat (min / median / max) |",
+             "|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for record in results["records"]:
         count, naive = record["count"], record["naive"]
         per_replicate = naive["wall"] / record["naive_replicates"]
@@ -181,7 +190,7 @@ def _write(results: dict, name: str) -> None:
                          f"{boot['wall']:.2f} / {count['wall']:.2f} | {boot['wall'] / count['wall']:.2f}x | "
                          f"{boot['cpu'] / count['cpu']:.2f}x | {boot['span']:.2f} / {count['span']:.2f} | "
                          f"{boot['span'] / count['span']:.2f}x | {boot['wall'] - boot['span']:.2f} | "
-                         f"{per_replicate * b:.0f} | {per_replicate * b / boot['wall']:.1f}x |")
+                         f"{per_replicate * b:.0f} | {per_replicate * b / boot['wall']:.1f}x | {_spread(boot, count)} |")
     kernel = results.get("kernels")
     if kernel:
         lines += ["", f"Kernels alone, one chunk of {kernel['rows']:,} rows in this process (one thread; "
