@@ -7,7 +7,6 @@ import numbers
 from collections.abc import Sequence
 
 import numpy as np
-import xarray as xr
 
 from dpgm.algorithms.bayesian import (
     bayesian_network_estimate,
@@ -97,7 +96,7 @@ def fit_bayesian_network(model, source: DataSource, method, *, prior=None, equiv
 
 
 def bayesian_network_replicates(model, source: DataSource, method, *, prior=None, equivalent_sample_size=5.0,
-                                pseudo_counts=None, goodness_of_fit=True) -> tuple[dict[str, xr.DataArray], np.ndarray]:
+                                pseudo_counts=None, goodness_of_fit=True) -> tuple[dict[str, tuple], np.ndarray]:
     """Every bootstrap replicate's complete-data fit at once, from their stacked family counts.
 
     ``source`` is a replicate's (``source.resampling`` set): the counts of all the replicates come
@@ -111,8 +110,9 @@ def bayesian_network_replicates(model, source: DataSource, method, *, prior=None
     Returns
     -------
     (dict, numpy.ndarray)
-        ``"table:<variable>"`` -> its tables over ``("replicate", variable, *parents)`` (the data's
-        labels), and each replicate's log-likelihood.
+        ``"table:<variable>"`` -> ``(dims, values)``: its tables over ``dims`` = ``("replicate",
+        variable, *parents)``, each in the order of the data's labels (``source.states``); and each
+        replicate's log-likelihood.
 
     Raises
     ------
@@ -139,9 +139,7 @@ def bayesian_network_replicates(model, source: DataSource, method, *, prior=None
     alphas = [family_pseudo_counts(f, c.shape[1:], prior, equivalent_sample_size, (pseudo_counts or {}).get(f[0]))
               for f, c in zip(families, counts, strict=True)]
     estimates, loglik = replicate_estimates(counts, alphas)
-    labelled = {f"table:{f[0]}": xr.DataArray(theta, dims=("replicate", *f), coords={v: list(states[v]) for v in f})
-                for f, theta in zip(families, estimates, strict=True)}
-    return labelled, loglik
+    return {f"table:{f[0]}": (("replicate", *f), theta) for f, theta in zip(families, estimates, strict=True)}, loglik
 
 
 def _family_plan(model: BayesianNetwork):
