@@ -6,10 +6,16 @@ same model and fit for ``dpgm fit``, and a generator of its data (in memory; the
 suite writes it to Zarr where a store is needed). Data come from dpgm's own
 sampler of a random network (Bayesian networks, latent class models) or from
 NumPy draws; the cases are small, so each fit takes well under a second.
+
+:data:`METHOD_CASES` holds one :class:`MethodCase` per (kind, method) pair of the
+registry (``dpgm.api.kinds.kinds()``): the kind's case with that method, or a model
+and data of its own where the method needs them (a decomposable structure for
+``closed_form``, an observed discrete variable for a hybrid network's ``mle``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,13 +126,17 @@ def _regression_rows(seed: int = 6, n: int = 700) -> xr.Dataset:
     return dpgm.from_pandas(pd.DataFrame({"x": x, "g": pd.Categorical([f"g{v}" for v in g]), "y": y}))
 
 
-def _switching_rows(seed: int = 7, n: int = 700) -> xr.Dataset:
-    """A mixture of two regressions of y on x (the latent state is not in the data)."""
+def _switching_rows(seed: int = 7, n: int = 700, *, with_state: bool = False) -> xr.Dataset:
+    """A mixture of two regressions of y on x (the latent state is not in the data unless ``with_state``: then
+    it is the categorical ``z``, ``b`` for the first regression)."""
     rng = np.random.default_rng(seed)
     x = rng.normal(0, 1, n)
     z = rng.random(n) < 0.4
     y = np.where(z, 1.0 + 2.0 * x, -0.5 - 1.0 * x) + rng.normal(0, np.where(z, 0.5, 0.8))
-    return dpgm.from_pandas(pd.DataFrame({"x": x, "y": y}))
+    columns = {"x": x, "y": y}
+    if with_state:
+        columns["z"] = pd.Categorical(np.where(z, "b", "a"), categories=["a", "b"])
+    return dpgm.from_pandas(pd.DataFrame(columns))
 
 
 _CYCLE = [["a", "b"], ["b", "c"], ["c", "a"]]
@@ -178,6 +188,108 @@ CASE_IDS = [case.spec_name for case in CASES]
 
 def case_named(spec_name: str) -> Case:
     return next(case for case in CASES if case.spec_name == spec_name)
+
+
+@dataclass(frozen=True)
+class MethodCase:
+    """A (kind, method) pair's case: a small model of the kind and the data it is fitted to by the method.
+
+    Attributes
+    ----------
+    model
+        Builds the unfitted model given to :func:`dpgm.fit`.
+    data
+        Builds the in-memory dataset.
+    options
+        :func:`dpgm.fit`'s keyword options, ``method`` included (each accepted by the method's ``Method.options``).
+    """
+
+    model: Callable[[], Any]
+    data: Callable[[], xr.Dataset]
+    options: dict
+
+    @property
+    def method(self) -> str:
+        return self.options["method"]
+
+
+def _with_method(spec_name: str, method: str, **options: Any) -> MethodCase:
+    """The kind's case (:func:`case_named`) fitted by ``method`` with ``options`` (the case's own are dropped)."""
+    case = case_named(spec_name)
+    return MethodCase(case.model, case.data, {"method": method, **options})
+
+
+def treatment_coded_features(margins: list[list[str]], states: dict[str, list[str]]) -> dict[str, xr.DataArray]:
+    """The hierarchical model with the given margins as identified indicator features: each margin's terms (its
+    nonempty subsets no earlier margin holds), one indicator per cell of a term with every variable past its
+    first state (treatment coding, as statsmodels' design of the same model)."""
+    features, seen = {}, []
+    for margin in margins:
+        for size in range(1, len(margin) + 1):
+            for term in itertools.combinations(margin, size):
+                if any(set(term) <= set(m) for m in seen):
+                    continue
+                for cell in itertools.product(*(states[v][1:] for v in term)):
+                    table = xr.DataArray(np.zeros([len(states[v]) for v in term]), dims=term,
+                                         coords={v: states[v] for v in term})
+                    table.loc[dict(zip(term, cell, strict=True))] = 1.0
+                    features[":".join(f"{v}={x}" for v, x in zip(term, cell, strict=True))] = table
+        seen.append(margin)
+    return features
+
+
+_STATES = {"a": ["s0", "s1", "s2"], "b": ["s0", "s1"], "c": ["s0", "s1", "s2"]}  # _categorical_rows' variables
+_DECOMPOSABLE = [["a", "b"], ["b", "c"]]
+_GAUSSIAN_CHAIN = [("a", "b"), ("b", "c"), ("c", "d")]  # decomposable, unlike the 4-cycle _SQUARE
+# converged far below the differences the standard-error comparisons allow
+_TIGHT = {"tol": 1e-12, "max_iter": 100_000}
+_TIGHT_EM = {"tol": 1e-12, "max_iter": 5000, "n_init": 1, "random_state": 0}
+
+
+def _asia_model(with_states: bool = False) -> dpgm.BayesianNetwork:
+    asia = dpgm.load_network("asia")
+    return dpgm.BayesianNetwork.from_edges(asia.edges, asia.states if with_states else None)
+
+
+def _log_linear_model() -> dpgm.LogLinearModel:
+    """The 3-cycle's margins as identified features (``from_margins``' one indicator per margin cell identifies
+    no single weight: its standard errors are NaN)."""
+    return dpgm.LogLinearModel(treatment_coded_features(_CYCLE, _STATES))
+
+
+# every (kind, method) pair of the registry. Pairs of one kind whose methods reach the same maximum-likelihood
+# estimate share the model and the data (EM on complete data included), so their standard errors can be compared.
+METHOD_CASES: dict[tuple[str, str], MethodCase] = {
+    ("BayesianNetwork", "mle"): _with_method("bayesian_network", "mle"),
+    ("BayesianNetwork", "bayes"): _with_method("bayesian_network", "bayes", equivalent_sample_size=4.0),  # BDeu
+    # EM needs every variable's states; on complete data it reaches the MLE
+    ("BayesianNetwork", "em"): MethodCase(lambda: _asia_model(with_states=True), _asia_rows,
+                                          {"method": "em", **_TIGHT_EM}),
+    ("MarkovNetwork", "ipf"): _with_method("markov_network", "ipf", **_TIGHT),
+    ("MarkovNetwork", "closed_form"): MethodCase(
+        lambda: dpgm.MarkovNetwork.from_cliques([tuple(c) for c in _DECOMPOSABLE], _STATES), _categorical_rows,
+        {"method": "closed_form"}),
+    ("MarkovNetwork", "lbfgs"): _with_method("markov_network", "lbfgs", **_TIGHT),
+    ("MarkovNetwork", "newton"): _with_method("markov_network", "newton", **_TIGHT),
+    ("MarkovNetwork", "gis"): _with_method("markov_network", "gis", **_TIGHT),
+    ("MarkovNetwork", "em"): _with_method("markov_network", "em", **_TIGHT_EM),  # complete data
+    ("LogLinearModel", "lbfgs"): MethodCase(_log_linear_model, _categorical_rows, {"method": "lbfgs", **_TIGHT}),
+    ("LogLinearModel", "newton"): MethodCase(_log_linear_model, _categorical_rows, {"method": "newton", **_TIGHT}),
+    ("LogLinearModel", "gis"): MethodCase(_log_linear_model, _categorical_rows, {"method": "gis", **_TIGHT}),
+    ("LogLinearModel", "em"): MethodCase(_log_linear_model, _categorical_rows, {"method": "em", **_TIGHT_EM}),
+    ("HiddenMarkovModel", "em"): _with_method("hmm", "em", **(_EM | {"tol": 1e-6})),
+    ("GaussianGraphicalModel", "closed_form"): MethodCase(lambda: dpgm.GaussianGraphicalModel(_GAUSSIAN_CHAIN),
+                                                          _gaussian_rows, {"method": "closed_form"}),
+    ("GaussianGraphicalModel", "ipf"): _with_method("gaussian_graphical", "ipf", **_TIGHT),
+    ("GaussianGraphicalModel", "glasso"): _with_method("gaussian_graphical", "glasso", alpha=0.1),
+    ("LinearGaussianNetwork", "mle"): _with_method("linear_gaussian", "mle"),
+    ("GaussianMixture", "em"): _with_method("gaussian_mixture", "em", **_EM),
+    ("GLMConditional", "irls"): _with_method("glm", "irls", **_TIGHT),
+    # complete-data fit: the state z is observed
+    ("HybridNetwork", "mle"): MethodCase(case_named("hybrid_network").model,
+                                         lambda: _switching_rows(with_state=True), {"method": "mle", **_TIGHT}),
+    ("HybridNetwork", "em"): _with_method("hybrid_network", "em", **_EM),
+}
 
 
 def parameters(model: Any) -> dict[str, Any]:
