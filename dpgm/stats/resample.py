@@ -280,6 +280,23 @@ def _group_rows(pattern, size, positions, random_state, base, weighted, seeds):
 
 
 @numba.njit(nogil=True, cache=True)
+def _draw_sums(seeds, begin, end, first, count, words, uniforms, small):
+    """``small[:4 count]`` <- the whole sums, in uint16, of the draws of rows ``begin .. end - 1`` (at most
+    :data:`_FLUSH`, at least one) from their generators' outputs ``first + 1 ..``."""
+    width = 4 * count
+    for r in range(begin, end):
+        _outputs(seeds[r], first, count, words)
+        if not _LITTLE_ENDIAN:
+            _quarters(words, count, uniforms)
+        if r == begin:
+            for x in range(width):
+                small[x] = np.uint16(_draw(uniforms[x]))
+        else:
+            for x in range(width):
+                small[x] += np.uint16(_draw(uniforms[x]))
+
+
+@numba.njit(nogil=True, cache=True)
 def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table):
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
@@ -324,13 +341,8 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                             sums[x] += _draw(uniforms[x]) * scale
                 else:
                     for begin in range(starts[p], starts[p + 1], _FLUSH):
-                        small[:width] = 0
-                        for r in range(begin, min(begin + _FLUSH, starts[p + 1])):
-                            _outputs(seeds[r], first, count, words)
-                            if not _LITTLE_ENDIAN:
-                                _quarters(words, count, uniforms)
-                            for x in range(width):
-                                small[x] += np.uint16(_draw(uniforms[x]))
+                        _draw_sums(seeds, begin, min(begin + _FLUSH, starts[p + 1]), first, count, words, uniforms,
+                                   small)
                         for x in range(width):
                             sums[x] += small[x]
                 if n_tables == 0:
@@ -341,18 +353,8 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     for x in range(width):
                         target[column + x] += sums[x]
                 continue
-            r = starts[p]  # at most _FLUSH rows: their whole sums in uint16, held per cell
-            _outputs(seeds[r], first, count, words)
-            if not _LITTLE_ENDIAN:
-                _quarters(words, count, uniforms)
-            for x in range(width):
-                small[x] = np.uint16(_draw(uniforms[x]))
-            for r in range(starts[p] + 1, starts[p + 1]):
-                _outputs(seeds[r], first, count, words)
-                if not _LITTLE_ENDIAN:
-                    _quarters(words, count, uniforms)
-                for x in range(width):
-                    small[x] += np.uint16(_draw(uniforms[x]))
+            # at most _FLUSH rows: their whole sums in uint16, held per cell
+            _draw_sums(seeds, starts[p], starts[p + 1], first, count, words, uniforms, small)
             for t in range(n_tables):
                 cell = cells[p, t]
                 pending = held[cell]
