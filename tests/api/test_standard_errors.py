@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 import xarray as xr
+from treatment_features import treatment_coded_features
 
 import dpgm
 
@@ -174,29 +175,6 @@ def test_linear_gaussian_standard_errors_equal_statsmodels_ols_per_node():
     assert float(errors["scalars.a.intercept"]) == pytest.approx(root.bse.iloc[0], rel=1e-8)
 
 
-def _treatment_coded(states: dict) -> dict:
-    """Features of the hierarchical model [ab][bc] with treatment coding (the first state the reference): main
-    effects of a, b, c and the interactions ab, bc of non-reference states, as statsmodels' design has them."""
-    from itertools import product
-
-    features = {}
-
-    def indicator(cells: dict) -> xr.DataArray:
-        scope = list(cells)
-        table = xr.DataArray(np.zeros([len(states[v]) for v in scope]), dims=scope,
-                             coords={v: states[v] for v in scope})
-        table.loc[cells] = 1.0
-        return table
-
-    for v in ("a", "b", "c"):
-        for level in states[v][1:]:
-            features[f"{v}={level}"] = indicator({v: level})
-    for u, v in (("a", "b"), ("b", "c")):
-        for x, y in product(states[u][1:], states[v][1:]):
-            features[f"{u}={x}:{v}={y}"] = indicator({u: x, v: y})
-    return features
-
-
 def test_log_linear_weight_errors_equal_statsmodels_poisson_glm_bse():
     import statsmodels.api as sm
 
@@ -204,7 +182,7 @@ def test_log_linear_weight_errors_equal_statsmodels_poisson_glm_bse():
     rng = np.random.default_rng(9)
     counts = rng.poisson(rng.uniform(20, 120, size=(3, 2, 3)))
     table = xr.DataArray(counts, dims=("a", "b", "c"), coords=states)
-    features = _treatment_coded(states)
+    features = treatment_coded_features([["a", "b"], ["b", "c"]], states)  # [ab][bc]
     result = dpgm.fit(dpgm.LogLinearModel(features), dpgm.from_table(table), method="newton", tol=1e-12)
     frame = table.to_dataframe(name="n").reset_index()
     design = np.column_stack([np.ones(len(frame))] + [

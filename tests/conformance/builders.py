@@ -15,7 +15,6 @@ and data of its own where the method needs them (a decomposable structure for
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import xarray as xr
+from treatment_features import treatment_coded_features
 
 import dpgm
 
@@ -217,25 +217,6 @@ def _with_method(spec_name: str, method: str, **options: Any) -> MethodCase:
     """The kind's case (:func:`case_named`) fitted by ``method`` with ``options`` (the case's own are dropped)."""
     case = case_named(spec_name)
     return MethodCase(case.model, case.data, {"method": method, **options})
-
-
-def treatment_coded_features(margins: list[list[str]], states: dict[str, list[str]]) -> dict[str, xr.DataArray]:
-    """The hierarchical model with the given margins as identified indicator features: each margin's terms (its
-    nonempty subsets no earlier margin holds), one indicator per cell of a term with every variable past its
-    first state (treatment coding, as statsmodels' design of the same model)."""
-    features, seen = {}, []
-    for margin in margins:
-        for size in range(1, len(margin) + 1):
-            for term in itertools.combinations(margin, size):
-                if any(set(term) <= set(m) for m in seen):
-                    continue
-                for cell in itertools.product(*(states[v][1:] for v in term)):
-                    table = xr.DataArray(np.zeros([len(states[v]) for v in term]), dims=term,
-                                         coords={v: states[v] for v in term})
-                    table.loc[dict(zip(term, cell, strict=True))] = 1.0
-                    features[":".join(f"{v}={x}" for v, x in zip(term, cell, strict=True))] = table
-        seen.append(margin)
-    return features
 
 
 _STATES = {"a": ["s0", "s1", "s2"], "b": ["s0", "s1"], "c": ["s0", "s1", "s2"]}  # _categorical_rows' variables
