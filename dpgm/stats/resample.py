@@ -297,6 +297,14 @@ def _draw_sums(seeds, begin, end, first, count, words, uniforms, small):
 
 
 @numba.njit(nogil=True, cache=True)
+def _flush(target, pending, column, width):
+    """A cell's held sums into its table row: ``target[column + x] += pending[x]``, then ``pending`` zero."""
+    for x in range(width):
+        target[column + x] += pending[x]
+        pending[x] = 0
+
+
+@numba.njit(nogil=True, cache=True)
 def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table):
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
@@ -359,21 +367,14 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                 cell = cells[p, t]
                 pending = held[cell]
                 if held_rows[cell] + size > _FLUSH:
-                    target = out[cell]
-                    for x in range(width):
-                        target[column + x] += pending[x]
-                        pending[x] = 0
+                    _flush(out[cell], pending, column, width)
                     held_rows[cell] = 0
                 held_rows[cell] += size
                 for x in range(width):
                     pending[x] += small[x]
         for cell in range(held_rows.shape[0]):
             if held_rows[cell] > 0:
-                target = out[cell]
-                pending = held[cell]
-                for x in range(width):
-                    target[column + x] += pending[x]
-                    pending[x] = 0
+                _flush(out[cell], held[cell], column, width)
                 held_rows[cell] = 0
         for cell in range(first_table[0], first_table[1]):
             source = out[cell]
