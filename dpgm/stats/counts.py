@@ -381,7 +381,7 @@ def _replicate_kernel(index: int, columns: Any, shared: Any, plan: CountPlan, re
     else:
         positions = np.arange(starts[index], starts[index + 1], dtype=np.int64)
     return replicate_count_chunk(codes, positions, plan, replicates, random_state, weights, chunk=index, own=True,
-                                 integer=integer)
+                                 integer=integer, sparse=True)
 
 
 def _kernel_adapter(index: int, columns: dict[str, np.ndarray], shared: Any, plan: CountPlan):

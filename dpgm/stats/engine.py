@@ -42,6 +42,8 @@ def add_partials(*parts: Any) -> Any:
         return {key: add_partials(*(p[key] for p in parts)) for key in first}
     if isinstance(first, tuple | list):
         return type(first)(add_partials(*items) for items in zip(*parts, strict=True))
+    if callable(getattr(type(first), "sum_of", None)):  # e.g. CellRows: all the parts at once
+        return type(first).sum_of(list(parts))
     total = first.copy() if isinstance(first, np.ndarray) else first
     for part in parts[1:]:
         total = total + part

@@ -156,6 +156,62 @@ def test_tables_do_not_depend_on_how_the_rows_are_chunked():
         np.testing.assert_array_equal(whole["tables"][:, b], expected)
 
 
+def test_sparse_tables_hold_the_cells_the_rows_reach_and_add_up_over_chunks_to_the_bincount_tables():
+    """``sparse=True``: a :class:`~dpgm.stats.cell_rows.CellRows` of exactly the cells some row of the chunk falls
+    in (by ``np.bincount`` of the chunk's rows); chunks reaching different cells, added up as the tree reduction
+    adds them (:func:`dpgm.stats.engine.add_partials`), give every replicate's ``np.bincount`` table of all the
+    rows, exactly, and their own tables last."""
+    from dpgm.stats.cell_rows import CellRows
+    from dpgm.stats.engine import add_partials
+
+    rng = np.random.default_rng(6)
+    n = 3000
+    a = rng.integers(-1, 4, n).astype(np.int8)
+    a[:1000] = np.minimum(a[:1000], 1)  # the first chunk never reaches a's states 2 and 3
+    codes = [a, rng.integers(0, 3, n).astype(np.int8), rng.integers(-1, 2, n).astype(np.int16)]
+    plan = CountPlan(("a", "b", "c"), (4, 3, 2), ((0, 1), (1, 2), (0,)))
+    positions = np.arange(7, 7 + n)
+    parts = []
+    for start, stop in ((0, 1000), (1000, 2200), (2200, n)):
+        chunk = [c[start:stop] for c in codes]
+        part = replicate_count_chunk(chunk, positions[start:stop], plan, 9, 3, own=True, integer=True, sparse=True)
+        reached = np.flatnonzero(_bincount_tables(chunk, plan, np.ones(stop - start)))
+        assert isinstance(part["tables"], CellRows)
+        np.testing.assert_array_equal(part["tables"].cells, reached)
+        parts.append(part)
+    assert len(parts[0]["tables"].cells) < len(parts[1]["tables"].cells)
+    total = add_partials(*parts)
+    tables = np.asarray(total["tables"])
+    assert tables.shape == (int(plan.offsets[-1]), 10) and tables.dtype == np.int32
+    _assert_replicates({"tables": tables, "rows": total["rows"]}, codes, plan, positions, 3, range(9))
+    np.testing.assert_array_equal(tables[:, 9], _bincount_tables(codes, plan, np.ones(n)))
+    assert total["rows"][9] == n
+
+
+def test_cell_rows_add_up_like_their_dense_tables():
+    """Sums of :class:`~dpgm.stats.cell_rows.CellRows` (two at a time, several at once, the same cells or
+    overlapping ones) equal NumPy's sums of the dense tables; a pickled one is equal; other shapes refuse."""
+    import pickle
+
+    from dpgm.stats.cell_rows import CellRows
+
+    rng = np.random.default_rng(7)
+    dense, parts = [], []
+    for cells in ([0, 3, 4], [3, 4, 9], [0, 3, 4], [1], [2, 3, 5, 6, 7, 8, 9]):
+        values = rng.integers(0, 100, (len(cells), 3)).astype(np.int32)
+        part = CellRows(np.asarray(cells), values, 10)
+        table = np.zeros((10, 3), dtype=np.int32)
+        table[cells] = values
+        dense.append(table)
+        parts.append(part)
+        np.testing.assert_array_equal(np.asarray(pickle.loads(pickle.dumps(part))), table)
+    np.testing.assert_array_equal(np.asarray(CellRows.sum_of(parts)), np.sum(dense, axis=0))
+    np.testing.assert_array_equal(np.asarray(parts[0] + parts[2]), dense[0] + dense[2])
+    np.testing.assert_array_equal(np.asarray(parts[1] + parts[3]), dense[1] + dense[3])
+    with pytest.raises(ValueError, match="do not add up"):
+        parts[0] + CellRows(np.asarray([0]), np.zeros((1, 3)), 11)
+
+
 def test_poisson_weights_are_the_distribution_function_rounded_to_multiples_of_two_to_the_minus_16():
     """Every 16-bit uniform's draw against SciPy: ``P(w <= k)`` is ``round(2**16 F(k)) / 2**16``; mean exactly 1."""
     from dpgm.stats.resample import POISSON_CDF
