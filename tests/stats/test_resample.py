@@ -186,6 +186,14 @@ def test_sparse_tables_hold_the_cells_the_rows_reach_and_add_up_over_chunks_to_t
     _assert_replicates({"tables": tables, "rows": total["rows"]}, codes, plan, positions, 3, range(9))
     np.testing.assert_array_equal(tables[:, 9], _bincount_tables(codes, plan, np.ones(n)))
     assert total["rows"][9] == n
+    # frequency weights: float64 rows, the replicates' bincount tables to rtol 1e-12
+    base = rng.gamma(2.0, size=n)
+    parts = [replicate_count_chunk([c[a:b] for c in codes], positions[a:b], plan, 9, 3, base[a:b], sparse=True)
+             for a, b in ((0, 1000), (1000, n))]
+    total = add_partials(*parts)
+    assert total["tables"].values.dtype == np.float64
+    _assert_replicates({"tables": np.asarray(total["tables"]), "rows": total["rows"]}, codes, plan, positions, 3,
+                       range(9), base)
 
 
 def test_cell_rows_add_up_like_their_dense_tables():
