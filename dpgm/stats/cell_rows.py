@@ -52,8 +52,6 @@ class CellRows:
     def __add__(self, other: CellRows) -> CellRows:
         if not isinstance(other, CellRows):
             return NotImplemented
-        if self.shape != other.shape:
-            raise ValueError(f"tables of shapes {self.shape} and {other.shape} do not add up")
         return CellRows.sum_of([self, other])
 
     @classmethod
@@ -62,16 +60,13 @@ class CellRows:
         first = parts[0]
         if any(p.shape != first.shape for p in parts):
             raise ValueError(f"tables of shapes {sorted({p.shape for p in parts})} do not add up")
+        dtype = np.result_type(*(p.values for p in parts))
         if all(np.array_equal(p.cells, first.cells) for p in parts[1:]):
-            cells = first.cells
-        else:
-            cells = np.unique(np.concatenate([p.cells for p in parts]))
-        values = np.zeros((len(cells), first.values.shape[1]), dtype=np.result_type(*(p.values for p in parts)))
+            return cls(first.cells, sum((p.values for p in parts[1:]), first.values.astype(dtype)), first.n_cells)
+        cells = np.unique(np.concatenate([p.cells for p in parts]))
+        values = np.zeros((len(cells), first.values.shape[1]), dtype=dtype)
         for part in parts:
-            if part.cells is cells:
-                values += part.values
-            else:
-                values[np.searchsorted(cells, part.cells)] += part.values
+            values[np.searchsorted(cells, part.cells)] += part.values
         return cls(cells, values, first.n_cells)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -491,11 +491,7 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
         rows = np.append(rows, float(weights.sum()) if weighted else float(n))
     if written != replicates:
         out = out[:, [*range(replicates), *([written] if own else [])]]
-    out = out if integer and dtype == np.int32 else out.astype(np.float64, copy=False)
-    if sparse:
-        from dpgm.stats.cell_rows import CellRows
+    from dpgm.stats.cell_rows import CellRows
 
-        return {"tables": CellRows(used, out, n_cells), "rows": rows}
-    dense = np.zeros((n_cells, out.shape[1]), dtype=out.dtype)
-    dense[used] = out
-    return {"tables": dense, "rows": rows}
+    tables = CellRows(used, out if integer and dtype == np.int32 else out.astype(np.float64, copy=False), n_cells)
+    return {"tables": tables if sparse else np.asarray(tables), "rows": rows}
