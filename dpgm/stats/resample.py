@@ -279,7 +279,7 @@ def _group_rows(pattern, size, positions, random_state, base, weighted, seeds):
     return starts, seeds, weights
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")  # called once per pattern: a call costs the arrays' references
 def _draw_sums(seeds, begin, end, first, count, words, uniforms, small):
     """``small[:4 count]`` <- the whole sums, in uint16, of the draws of rows ``begin .. end - 1`` (at most
     :data:`_FLUSH`, at least one) from their generators' outputs ``first + 1 ..``."""
@@ -363,15 +363,14 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                 continue
             # at most _FLUSH rows: their whole sums in uint16, held per cell
             _draw_sums(seeds, starts[p], starts[p + 1], first, count, words, uniforms, small)
-            for t in range(n_tables):
+            for t in range(n_tables):  # indexed in two dimensions: a row's view would cost two atomic reference counts
                 cell = cells[p, t]
-                pending = held[cell]
                 if held_rows[cell] + size > _FLUSH:
-                    _flush(out[cell], pending, column, width)
+                    _flush(out[cell], held[cell], column, width)
                     held_rows[cell] = 0
                 held_rows[cell] += size
                 for x in range(width):
-                    pending[x] += small[x]
+                    held[cell, x] += small[x]
         for cell in range(held_rows.shape[0]):
             if held_rows[cell] > 0:
                 _flush(out[cell], held[cell], column, width)
