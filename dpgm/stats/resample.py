@@ -305,7 +305,7 @@ def _flush(target, pending, column, width):
 
 
 @numba.njit(nogil=True, cache=True)
-def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table):
+def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table, pairs):
     """Add each pattern's weights, summed over its rows, to its cell of every table, block by block of replicates.
 
     ``out`` is (cells, at least ``replicates`` rounded up to a multiple of 4), ``rows`` (replicate
@@ -315,7 +315,9 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
     cell's sums until the rows added to it would reach :data:`_FLUSH` (then into ``out``); frequency
     weights in float64. ``held``: (cells, lanes) uint16 zeros (unweighted), left zero. ``first_table``:
     the rows of ``out`` that hold the first table (each row of the chunk falls in one of its cells, so
-    their sums are the replicates' rows), or an empty range when there are no tables.
+    their sums are the replicates' rows), or an empty range when there are no tables. ``pairs``: the last
+    ``len(pairs)`` rows of ``out`` hold pairs of cells of two tables (:func:`_pair_cells`); each block's
+    sums of such a row are added to its two cells, ``pairs[k]``.
     """
     n_cells = out.shape[0]
     blocks, lanes = rows.shape
@@ -375,6 +377,13 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
             if held_rows[cell] > 0:
                 _flush(out[cell], held[cell], column, width)
                 held_rows[cell] = 0
+        own_rows = n_cells - pairs.shape[0]
+        for k in range(pairs.shape[0]):  # each pair's sums into its two cells
+            a, b = pairs[k, 0], pairs[k, 1]
+            for x in range(width):
+                value = out[own_rows + k, column + x]
+                out[a, column + x] += value
+                out[b, column + x] += value
         for cell in range(first_table[0], first_table[1]):
             source = out[cell]
             for x in range(width):
@@ -416,6 +425,72 @@ def _compact_cells(cells, lookup):
         for t in range(n_tables):
             cells[p, t] = lookup[cells[p, t]]
     return used[:n_used]
+
+
+@numba.njit(nogil=True, cache=True)
+def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base):
+    """Each pattern's cells in tables ``a`` and ``b`` (compact cells ``first_a ..``, ``first_b .. + n_b``) as one
+    row, ``base`` + the pair's order of first sight (into ``into``): ``pairs[k]`` <- pair ``k``'s two cells.
+    ``lut`` (at least both tables' cells multiplied, any values) is overwritten. Returns the number of pairs."""
+    lut[:] = -1
+    found = 0
+    for p in range(cells.shape[0]):
+        ca, cb = cells[p, a], cells[p, b]
+        at = (ca - first_a) * n_b + (cb - first_b)
+        k = lut[at]
+        if k < 0:
+            k = found
+            lut[at] = k
+            pairs[k, 0], pairs[k, 1] = ca, cb
+            found += 1
+        into[p] = base + k
+    return found
+
+
+# the largest product of two tables' cells in a chunk that _pair_cells pairs (its lookup table: 256 KiB)
+PAIR_CELLS = 2**16
+
+
+def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequence[int]]) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """The kernel's cells with tables held two by two: ``(columns, pairs)``.
+
+    Each pattern adds its sums to one row per column instead of one per table. Tables are paired
+    greedily, those sharing the most variables first, then the fewest cells in the chunk (``bounds``:
+    where each table's compact cells start, tables + 1); a pair is kept when it has at most a quarter as
+    many distinct pairs of cells as there are patterns. ``columns`` (patterns x columns) numbers the pairs
+    after the ``bounds[-1]`` cells, ``pairs`` (pairs x 2) gives each pair row's two cells.
+    """
+    n_patterns, n_tables = cells.shape
+    counts = np.diff(bounds)
+    shared = [set(scope) for scope in scopes]
+    candidates = sorted(((a, b) for a in range(n_tables) for b in range(a + 1, n_tables)
+                         if counts[a] * counts[b] <= PAIR_CELLS),
+                        key=lambda ab: (-len(shared[ab[0]] & shared[ab[1]]), counts[ab[0]] * counts[ab[1]], ab))
+    # work arrays reused chunk after chunk (see _space): each kept pair's rows, and its pairs of cells
+    into = _space("pair-rows", (n_tables // 2, n_patterns), np.int32)
+    found = _space("pair-cells", (n_tables // 2, PAIR_CELLS, 2), np.int32)
+    lut = _space("pair-lut", (PAIR_CELLS,), np.int32)
+    kept, sizes, left, base = [], [], set(range(n_tables)), int(bounds[-1])
+    for a, b in candidates:
+        if a not in left or b not in left:
+            continue
+        j = len(kept)
+        k = _pair_cells(cells, a, b, int(bounds[a]), int(bounds[b]), int(counts[b]),
+                        lut[: int(counts[a] * counts[b])], found[j], into[j], base)
+        if 4 * k <= n_patterns:
+            kept.append((a, b))
+            sizes.append(k)
+            left -= {a, b}
+            base += k
+    singles = sorted(left)
+    columns = _space("pair-columns", (n_patterns, len(kept) + len(singles)), np.int32)
+    for j in range(len(kept)):
+        columns[:, j] = into[j]
+    for j, t in enumerate(singles, start=len(kept)):
+        columns[:, j] = cells[:, t]
+    pairs = np.concatenate([found[j, :k] for j, k in enumerate(sizes)]) if sizes else np.zeros((0, 2), np.int32)
+    return columns, pairs
 
 
 def _space(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -476,12 +551,18 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     # the kernel writes every replicate's column (up to a multiple of 4), the chunk's own tables go last: when
     # replicates is a multiple of 4 and the dtype the one asked for, that array is the result as it stands
     written = 4 * outputs
-    out = np.zeros((len(used), written + own), dtype=dtype)
+    bounds = np.searchsorted(used, offsets)  # where each table's cells start among the chunk's
+    columns, pairs = _paired_cells(cells, bounds, plan.scopes)
+    n_rows = len(used) + len(pairs)
+    work = _space("out", (n_rows, written + own), dtype)  # the pairs' rows are dropped after the kernel
+    work[:] = 0
     rows = np.zeros((blocks, lanes), dtype=np.float64)
-    held = _space("held", (0 if weighted else len(used), lanes), np.uint16)
+    held = _space("held", (0 if weighted else n_rows, lanes), np.uint16)
     held[:] = 0
-    first_table = (0, int(np.searchsorted(used, offsets[1]))) if len(offsets) > 1 else (0, 0)
-    _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicates, out, rows, held, first_table)
+    first_table = (0, int(bounds[1])) if len(offsets) > 1 else (0, 0)
+    _replicate_count_patterns(starts, seeds, weights, weighted, columns, replicates, work, rows, held, first_table,
+                              pairs)
+    out = work[: len(used)].copy()
     rows = rows.reshape(-1)[:replicates]
     if own:
         mine = np.zeros(len(used), dtype=np.float64)

@@ -196,6 +196,42 @@ def test_sparse_tables_hold_the_cells_the_rows_reach_and_add_up_over_chunks_to_t
                        range(9), base)
 
 
+def test_tables_held_two_by_two_add_up_to_each_tables_bincount_table():
+    """Tables that share variables are held in pairs (one row per distinct pair of cells, added to both
+    cells after each block of replicates): the first table among them, replicates in two blocks, with
+    and without frequency weights, the replicates' and the chunk's own tables equal ``np.bincount``'s."""
+    from dpgm.stats.resample import _compact_cells, _paired_cells
+
+    rng = np.random.default_rng(8)
+    n = 4000
+    codes = [rng.integers(-1, 3, n).astype(np.int8) for _ in range(8)]
+    # (0, 1) and (0, 2) share a; (3, 4) and (3, 5, 6) share d; (7,) stays alone
+    plan = CountPlan(tuple("abcdefgh"), (3,) * 8, ((0, 1), (0, 2), (3, 4), (3, 5, 6), (7,)))
+    positions = np.arange(50, 50 + n)
+    # the pairing the kernel sees: two pairs of tables, the first table in one of them
+    matrix = np.stack(codes)
+    cells = np.stack([_bincount_cells(matrix, plan, scope) for scope in plan.scopes], axis=1)
+    cells = np.unique(cells, axis=0).astype(np.int32)
+    used = _compact_cells(cells, np.empty(int(plan.offsets[-1]), dtype=np.int32))
+    columns, pairs = _paired_cells(cells, np.searchsorted(used, plan.offsets), plan.scopes)
+    assert columns.shape == (len(cells), 3) and 0 < len(pairs) < len(cells) / 2
+    for weights in (None, rng.gamma(2.0, size=n)):
+        every = replicate_count_chunk(codes, positions, plan, 301, 4, weights, own=True)
+        _assert_replicates(every, codes, plan, positions, 4, (0, 1, 255, 256, 300), weights)
+        mine = np.ones(n) if weights is None else weights
+        np.testing.assert_allclose(every["tables"][:, 301], _bincount_tables(codes, plan, mine), rtol=1e-12)
+
+
+def _bincount_cells(matrix: np.ndarray, plan: CountPlan, scope: tuple[int, ...]) -> np.ndarray:
+    """Each row's flat cell of the table over ``scope`` (missing = the last index), offset as in ``plan``."""
+    t = plan.scopes.index(scope)
+    cell = np.zeros(matrix.shape[1], dtype=np.int64)
+    for j in scope:
+        k = plan.cardinalities[j]
+        cell = cell * (k + 1) + np.where(matrix[j] < 0, k, matrix[j])
+    return cell + plan.offsets[t]
+
+
 def test_cell_rows_add_up_like_their_dense_tables():
     """Sums of :class:`~dpgm.stats.cell_rows.CellRows` (two at a time, several at once, the same cells or
     overlapping ones) equal NumPy's sums of the dense tables; a pickled one is equal; other shapes refuse."""
