@@ -428,10 +428,11 @@ def _compact_cells(cells, lookup):
 
 
 @numba.njit(nogil=True, cache=True)
-def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base):
+def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base, most):
     """Each pattern's cells in tables ``a`` and ``b`` (compact cells ``first_a ..``, ``first_b .. + n_b``) as one
     row, ``base`` + the pair's order of first sight (into ``into``): ``pairs[k]`` <- pair ``k``'s two cells.
-    ``lut`` (at least both tables' cells multiplied, any values) is overwritten. Returns the number of pairs."""
+    ``lut`` (both tables' cells multiplied, any values) is overwritten. Returns the number of pairs, or
+    ``most + 1`` as soon as there are more than ``most`` (the rest left undone)."""
     lut[:] = -1
     found = 0
     for p in range(cells.shape[0]):
@@ -439,6 +440,8 @@ def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base):
         at = (ca - first_a) * n_b + (cb - first_b)
         k = lut[at]
         if k < 0:
+            if found == most:
+                return most + 1
             k = found
             lut[at] = k
             pairs[k, 0], pairs[k, 1] = ca, cb
@@ -449,6 +452,10 @@ def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base):
 
 # the largest product of two tables' cells in a chunk that _pair_cells pairs (its lookup table: 256 KiB)
 PAIR_CELLS = 2**16
+# a pair of tables is held when it has at most 1/PAIR_SHARE as many pairs of cells as the chunk has patterns (on
+# alarm, 1/4 to 1/100 give the same kernel time); at most PAIR_TRIES x tables pairs tried in all
+PAIR_SHARE = 16
+PAIR_TRIES = 2
 
 
 def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequence[int]]) -> tuple[np.ndarray,
@@ -457,9 +464,9 @@ def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequen
 
     Each pattern adds its sums to one row per column instead of one per table. Tables are paired
     greedily, those sharing the most variables first, then the fewest cells in the chunk (``bounds``:
-    where each table's compact cells start, tables + 1); a pair is kept when it has at most a quarter as
-    many distinct pairs of cells as there are patterns. ``columns`` (patterns x columns) numbers the pairs
-    after the ``bounds[-1]`` cells, ``pairs`` (pairs x 2) gives each pair row's two cells.
+    where each table's compact cells start, tables + 1); a pair is kept when it has at most
+    1/:data:`PAIR_SHARE` as many distinct pairs of cells as there are patterns. ``columns`` (patterns x
+    columns) numbers the pairs after the ``bounds[-1]`` cells, ``pairs`` (pairs x 2) gives each pair row's two cells.
     """
     n_patterns, n_tables = cells.shape
     counts = np.diff(bounds)
@@ -472,13 +479,14 @@ def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequen
     found = _space("pair-cells", (n_tables // 2, PAIR_CELLS, 2), np.int32)
     lut = _space("pair-lut", (PAIR_CELLS,), np.int32)
     kept, sizes, left, base = [], [], set(range(n_tables)), int(bounds[-1])
+    most, tries = n_patterns // PAIR_SHARE, PAIR_TRIES * n_tables
     for a, b in candidates:
-        if a not in left or b not in left:
+        if a not in left or b not in left or tries == 0:
             continue
-        j = len(kept)
+        j, tries = len(kept), tries - 1
         k = _pair_cells(cells, a, b, int(bounds[a]), int(bounds[b]), int(counts[b]),
-                        lut[: int(counts[a] * counts[b])], found[j], into[j], base)
-        if 4 * k <= n_patterns:
+                        lut[: int(counts[a] * counts[b])], found[j], into[j], base, most)
+        if k <= most:
             kept.append((a, b))
             sizes.append(k)
             left -= {a, b}
