@@ -1,8 +1,8 @@
 """The Poisson bootstrap in one pass: ``dpgm.bootstrap`` of alarm against a counting pass and replicate-by-replicate fits.
 
-Run: ``python -m benchmarks.bootstrap [--rows 1e6 1e7] [--replicates 20 200] [--quick]``.
+Run: ``python -m benchmarks.bootstrap [--rows 1e6 1e7] [--replicates 20 200] [--network alarm] [--quick]``.
 
-alarm's rows (37 variables) in a Zarr store (500,000 rows per chunk) on a 2-worker LocalCluster
+alarm's rows (37 variables; ``--network``: another of :func:`dpgm.load_network`'s, the same way) in a Zarr store (500,000 rows per chunk) on a 2-worker LocalCluster
 (processes, one thread each). Side by side in one run, the order alternating over the repeats:
 
 * **counting pass**: ``dpgm.fit(alarm, data, "mle")``, one pass of the count kernel;
@@ -81,15 +81,15 @@ def _best(run, repeats: int = 5) -> float:
     return best
 
 
-def kernels(path: Path, rows: int, replicates: list[int]) -> dict:
+def kernels(path: Path, rows: int, replicates: list[int], network: str = "alarm") -> dict:
     """Thread-CPU seconds of the replicate count kernel for each ``B`` and of the count kernel, on the first
-    ``rows`` rows of the store at ``path`` counted for alarm's families."""
+    ``rows`` rows of the store at ``path`` counted for ``network``'s families."""
     from dpgm.stats.counts import _count_plan
     from dpgm.stats.kernels import count_chunk
     from dpgm.stats.resample import replicate_count_chunk
     from dpgm.stats.source import DataSource
 
-    truth = dpgm.load_network("alarm")
+    truth = dpgm.load_network(network)
     data = dpgm.open_dataset(path).isel(row=slice(0, rows))
     _, _, plan = _count_plan(DataSource.of(data), list(truth.families))
     codes = np.stack([np.asarray(data[v].values) for v in plan.variables])
@@ -104,11 +104,11 @@ def kernels(path: Path, rows: int, replicates: list[int]) -> dict:
     return record
 
 
-def run(rows: list[int], replicates: list[int], naive: int, repeats: int) -> list[dict]:
+def run(rows: list[int], replicates: list[int], naive: int, repeats: int, network: str = "alarm") -> list[dict]:
     from distributed import Client, LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    truth = dpgm.load_network("alarm")
+    truth = dpgm.load_network(network)
     model = dpgm.BayesianNetwork.from_edges(truth.edges, variables=truth.variables)
     counter = type("GraphCounter", (_GraphCounter, SchedulerPlugin), {})()
     records = []
@@ -116,7 +116,7 @@ def run(rows: list[int], replicates: list[int], naive: int, repeats: int) -> lis
             Client(cluster) as client:
         cluster.scheduler.add_plugin(counter)
         for n in rows:
-            path = STORE / f"alarm-{n}.zarr"
+            path = STORE / f"{network}-{n}.zarr"
             if not path.exists():
                 dpgm.sample_bayesian_network(truth, n, path, seed=0, chunk_rows=500_000, client=client)
             data = dpgm.open_dataset(path)
@@ -163,14 +163,15 @@ def _spread(boot: dict, count: dict) -> str:
 
 
 def _write(results: dict, name: str) -> None:
-    lines = ["# The Poisson bootstrap in one pass (alarm, Zarr, 2 workers)", "",
+    network = results.get("network", "alarm")
+    lines = [f"# The Poisson bootstrap in one pass ({network}, Zarr, 2 workers)", "",
              f"Written by `python -m benchmarks.bootstrap`. Machine: {results['machine']}; load average "
              f"{results['load'][0]:.1f} at the start, {results['load'][1]:.1f} at the end (a shared machine: the "
              "ratios, measured side by side in one run with the order alternating, are what to read).", "",
-             "`dpgm.bootstrap(alarm, data, replicates=B, method=\"mle\")` (the fit on the data and `B` replicates, "
+             f"`dpgm.bootstrap({network}, data, replicates=B, method=\"mle\")` (the fit on the data and `B` replicates, "
              "every replicate's count tables and the data's own from one kernel per chunk, the replicates' tables "
              "normalised all at once) against one counting pass "
-             "(`dpgm.fit(alarm, data, \"mle\")`) and against replicates fitted one by one (a weighted `dpgm.fit` "
+             f"(`dpgm.fit({network}, data, \"mle\")`) and against replicates fitted one by one (a weighted `dpgm.fit` "
              "each, one pass each; the cost of `B` of them is `B` times the measured mean over the "
              "`naive` replicates run). Replicates equal (rel 1e-12, checked). CPU: this process and both workers. "
              "Pass: the computation on the cluster (first task start to last task end); driver: the rest of the "
@@ -201,7 +202,7 @@ def _write(results: dict, name: str) -> None:
             b = int(key.split()[1])
             lines.append(f"| {b} | {kernel[key] * 1e3:.0f} | {kernel['count'] * 1e3:.1f} | "
                          f"{kernel[key] / kernel['count']:.1f}x | {kernel[key] / (kernel['rows'] * b) * 1e9:.2f} |")
-    lines += ["", "The issue's goal is a bootstrap pass of 200 replicates at most 3x a counting pass. The kernel "
+    lines += ["", "The issue's goal is a bootstrap pass of 200 replicates of alarm at most 3x a counting pass. The kernel "
               "groups a chunk's rows by their codes, sums each group's Poisson weights per replicate (four "
               "weights from each 64-bit hash) and adds the sums to the group's cell of every table: its cost "
               "grows as rows x replicates plus distinct rows x tables x replicates, where a counting pass grows "
@@ -219,6 +220,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="1e5 rows, one repeat (a smoke run)")
     parser.add_argument("--name", default="bootstrap", help="results file name (default bootstrap)")
+    parser.add_argument("--network", default="alarm",
+                        help="the network whose rows are sampled and fitted (default alarm, the issue's case)")
     parser.add_argument("--kernel-rows", type=float, default=5e5,
                         help="rows of the kernels-alone measurement (default 500,000, one chunk; 0: none)")
     args = parser.parse_args()
@@ -226,13 +229,14 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
     STORE.mkdir(parents=True, exist_ok=True)
     load = [os.getloadavg()[0]]
-    records = run(rows, args.replicates, args.naive, repeats)
+    records = run(rows, args.replicates, args.naive, repeats, args.network)
     measured = None
     if args.kernel_rows:
-        measured = kernels(STORE / f"alarm-{max(rows)}.zarr", int(args.kernel_rows), args.replicates)
+        measured = kernels(STORE / f"{args.network}-{max(rows)}.zarr", int(args.kernel_rows), args.replicates,
+                           args.network)
     load.append(os.getloadavg()[0])
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "records": records,
-               "load": load, "kernels": measured}
+               "load": load, "kernels": measured, "network": args.network}
     _write(results, args.name)
 
 
