@@ -103,6 +103,8 @@ def replicate_weights(n_rows: int, chunks: Sequence[int] | None, replicate: int,
 # long enough to vectorise well; the block's tables are cells x 256 int32
 WORDS = 64
 ROW_BLOCK = 2048
+# rows of a chunk searched for patterns before :func:`_patterns` may stop searching
+DISTINCT_ROWS = 2**16
 _GOLDEN = 0x9E3779B97F4A7C15
 _T = _THRESHOLDS  # eight (the weights 0 .. 8), which _draw compares with one by one
 if len(_T) != 8:
@@ -177,10 +179,12 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
               pattern_keys, pattern_hashes, slot_space):
     """Each row's pattern: its extended codes, as ``n_words`` mixed-radix words, found in a hash table.
 
-    Fills ``pattern`` (rows), each pattern's flat cell in every table (``cells``: rows x tables, the first
-    rows), its key and hash (``pattern_keys``, ``pattern_hashes``), using the first slots of ``slot_space``
+    Fills ``pattern`` (rows), each pattern's flat cell in every table (``cells``: tables x rows, the
+    first columns), its key and hash (``pattern_keys``, ``pattern_hashes``), using the first slots of ``slot_space``
     (a power of 2 at least twice the rows, or 4096) as the table; patterns are numbered in the order of
-    their first row. Returns each pattern's number of rows.
+    their first row. Returns each pattern's number of rows. When the first :data:`DISTINCT_ROWS` rows (or
+    more) are nearly all distinct (9 in 10), each later row is a pattern of its own, without a search: a
+    pattern may then recur (its rows' sums are added in two places instead of one, the same tables).
     """
     n_variables, n = codes.shape
     n_tables = scope_starts.shape[0] - 1
@@ -195,8 +199,9 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
     for start in range(0, n, ROW_BLOCK):
         stop = min(n, start + ROW_BLOCK)
         m = stop - start
+        distinct = start >= DISTINCT_ROWS and 10 * found > 9 * start  # nearly every row its own pattern: no search
         keys[:, :m] = 0
-        for j in range(n_variables):  # column by column: vectorised
+        for j in range(0 if distinct else n_variables):  # column by column: vectorised
             cardinality = cardinalities[j]
             radix = np.uint64(cardinality + 1)
             key = keys[word_of[j]]
@@ -205,7 +210,7 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                 c = column[r]
                 key[r] = key[r] * radix + np.uint64(cardinality if c < 0 else c)
         hashes[:m] = np.uint64(_GOLDEN)
-        for k in range(n_words):
+        for k in range(0 if distinct else n_words):
             key = keys[k]
             for r in range(m):
                 hashes[r] = _mix(hashes[r] ^ key[r])
@@ -221,6 +226,13 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                     c = column[r]
                     cell[r] += weight * (cardinality if c < 0 else c)
                 weight *= cardinality + 1
+        if distinct:
+            for r in range(m):
+                for t in range(n_tables):
+                    cells[t, found] = block_cells[t, r]
+                pattern[start + r] = found
+                found += 1
+            continue
         for r in range(m):
             h = hashes[r]
             slot = h & mask
@@ -233,7 +245,7 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                     for k in range(n_words):
                         pattern_keys[p, k] = keys[k, r]
                     for t in range(n_tables):
-                        cells[p, t] = block_cells[t, r]
+                        cells[t, p] = block_cells[t, r]
                     if 2 * found > capacity:  # at most half full: grow
                         capacity *= 2
                         mask = np.uint64(capacity - 1)
@@ -392,8 +404,9 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
 
 @numba.njit(nogil=True, cache=True)
 def _own_counts(starts, weights, weighted, cells, table):
-    """Add each pattern's rows (their frequency weights, ``weighted``) to its cell of every table."""
-    n_patterns, n_tables = cells.shape
+    """Add each pattern's rows (their frequency weights, ``weighted``) to its cell of every table (``cells``:
+    tables x patterns)."""
+    n_tables, n_patterns = cells.shape
     for p in range(n_patterns):
         if weighted:
             total = 0.0
@@ -402,18 +415,18 @@ def _own_counts(starts, weights, weighted, cells, table):
         else:
             total = float(starts[p + 1] - starts[p])
         for t in range(n_tables):
-            table[cells[p, t]] += total
+            table[cells[t, p]] += total
 
 
 @numba.njit(nogil=True, cache=True)
 def _compact_cells(cells, lookup):
-    """The cells the chunk's patterns fall in (ascending), and ``cells`` renumbered in place to their places in
-    that list; ``lookup`` (one entry per cell of the tables, any values) is overwritten."""
-    n_patterns, n_tables = cells.shape
+    """The cells the chunk's patterns fall in (ascending), and ``cells`` (tables x patterns) renumbered in place
+    to their places in that list; ``lookup`` (one entry per cell of the tables, any values) is overwritten."""
+    n_tables, n_patterns = cells.shape
     lookup[:] = 0
-    for p in range(n_patterns):
-        for t in range(n_tables):
-            lookup[cells[p, t]] = 1
+    for t in range(n_tables):
+        for p in range(n_patterns):
+            lookup[cells[t, p]] = 1
     used = np.empty(lookup.shape[0], dtype=np.int64)
     n_used = 0
     for cell in range(lookup.shape[0]):
@@ -421,22 +434,23 @@ def _compact_cells(cells, lookup):
             lookup[cell] = n_used
             used[n_used] = cell
             n_used += 1
-    for p in range(n_patterns):
-        for t in range(n_tables):
-            cells[p, t] = lookup[cells[p, t]]
+    for t in range(n_tables):
+        for p in range(n_patterns):
+            cells[t, p] = lookup[cells[t, p]]
     return used[:n_used]
 
 
 @numba.njit(nogil=True, cache=True)
 def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base, most):
-    """Each pattern's cells in tables ``a`` and ``b`` (compact cells ``first_a ..``, ``first_b .. + n_b``) as one
+    """Each pattern's cells in tables ``a`` and ``b`` (rows of ``cells``, tables x patterns; compact cells ``first_a ..``, ``first_b .. + n_b``) as one
     row, ``base`` + the pair's order of first sight (into ``into``): ``pairs[k]`` <- pair ``k``'s two cells.
     ``lut`` (both tables' cells multiplied, any values) is overwritten. Returns the number of pairs, or
     ``most + 1`` as soon as there are more than ``most`` (the rest left undone)."""
     lut[:] = -1
     found = 0
-    for p in range(cells.shape[0]):
-        ca, cb = cells[p, a], cells[p, b]
+    row_a, row_b = cells[a], cells[b]
+    for p in range(row_a.shape[0]):
+        ca, cb = row_a[p], row_b[p]
         at = (ca - first_a) * n_b + (cb - first_b)
         k = lut[at]
         if k < 0:
@@ -460,15 +474,16 @@ PAIR_TRIES = 2
 
 def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequence[int]]) -> tuple[np.ndarray,
                                                                                                    np.ndarray]:
-    """The kernel's cells with tables held two by two: ``(columns, pairs)``.
+    """The kernel's cells (patterns x columns) with tables held two by two: ``(columns, pairs)``.
 
-    Each pattern adds its sums to one row per column instead of one per table. Tables are paired
-    greedily, those sharing the most variables first, then the fewest cells in the chunk (``bounds``:
-    where each table's compact cells start, tables + 1); a pair is kept when it has at most
-    1/:data:`PAIR_SHARE` as many distinct pairs of cells as there are patterns. ``columns`` (patterns x
-    columns) numbers the pairs after the ``bounds[-1]`` cells, ``pairs`` (pairs x 2) gives each pair row's two cells.
+    ``cells``: tables x patterns, compact (:func:`_compact_cells`). Each pattern adds its sums to one row
+    per column instead of one per table. Tables are paired greedily, those sharing the most variables
+    first, then the fewest cells in the chunk (``bounds``: where each table's compact cells start, tables
+    + 1); a pair is kept when it has at most 1/:data:`PAIR_SHARE` as many distinct pairs of cells as there
+    are patterns. ``columns`` numbers the pairs after the ``bounds[-1]`` cells, ``pairs`` (pairs x 2) gives
+    each pair row's two cells.
     """
-    n_patterns, n_tables = cells.shape
+    n_tables, n_patterns = cells.shape
     counts = np.diff(bounds)
     shared = [set(scope) for scope in scopes]
     candidates = sorted(((a, b) for a in range(n_tables) for b in range(a + 1, n_tables)
@@ -496,7 +511,7 @@ def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequen
     for j in range(len(kept)):
         columns[:, j] = into[j]
     for j, t in enumerate(singles, start=len(kept)):
-        columns[:, j] = cells[:, t]
+        columns[:, j] = cells[t]
     pairs = np.concatenate([found[j, :k] for j, k in enumerate(sizes)]) if sizes else np.zeros((0, 2), np.int32)
     return columns, pairs
 
@@ -539,11 +554,11 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
     offsets = plan.offsets
     word_of, n_words = _key_words(plan.cardinalities)
-    pattern, cells = _space("pattern", (n,), np.int64), _space("cells", (n, len(plan.scopes)), np.int32)
+    pattern, cells = _space("pattern", (n,), np.int64), _space("cells", (len(plan.scopes), n), np.int32)
     size = _patterns(matrix, cardinalities, word_of, n_words, columns, scope_starts, offsets, pattern, cells,
                      _space("keys", (n, n_words), np.uint64), _space("hashes", (n,), np.uint64),
                      _space("slots", (max(4096, 1 << (2 * n - 1).bit_length()),), np.int32))
-    cells = cells[: len(size)]
+    cells = cells[:, : len(size)]  # tables x patterns
     n_cells = int(offsets[-1])
     used = _compact_cells(cells, _space("lookup", (n_cells,), np.int32))  # the tables' rows the chunk reaches
     weighted = base is not None

@@ -210,16 +210,34 @@ def test_tables_held_two_by_two_add_up_to_each_tables_bincount_table():
     positions = np.arange(50, 50 + n)
     # the pairing the kernel sees: two pairs of tables, the first table in one of them
     matrix = np.stack(codes)
-    cells = np.stack([_bincount_cells(matrix, plan, scope) for scope in plan.scopes], axis=1)
-    cells = np.unique(cells, axis=0).astype(np.int32)
+    cells = np.stack([_bincount_cells(matrix, plan, scope) for scope in plan.scopes])  # tables x rows
+    cells = np.ascontiguousarray(np.unique(cells, axis=1).astype(np.int32))  # tables x patterns
     used = _compact_cells(cells, np.empty(int(plan.offsets[-1]), dtype=np.int32))
     columns, pairs = _paired_cells(cells, np.searchsorted(used, plan.offsets), plan.scopes)
-    assert columns.shape == (len(cells), 3) and 0 < len(pairs) < len(cells) / 2
+    assert columns.shape == (cells.shape[1], 3) and 0 < len(pairs) < cells.shape[1] / 2
     for weights in (None, rng.gamma(2.0, size=n)):
         every = replicate_count_chunk(codes, positions, plan, 301, 4, weights, own=True)
         _assert_replicates(every, codes, plan, positions, 4, (0, 1, 255, 256, 300), weights)
         mine = np.ones(n) if weights is None else weights
         np.testing.assert_allclose(every["tables"][:, 301], _bincount_tables(codes, plan, mine), rtol=1e-12)
+
+
+def test_rows_nearly_all_distinct_stop_the_pattern_search_and_recurring_rows_still_add_up():
+    """Past the first :data:`~dpgm.stats.resample.DISTINCT_ROWS` rows, when 9 rows in 10 were distinct, each row is
+    its own pattern: rows repeated after that point (copies of the first ones) are counted once each, and
+    the tables still equal ``np.bincount``'s."""
+    from dpgm.stats.resample import DISTINCT_ROWS
+
+    rng = np.random.default_rng(9)
+    n = DISTINCT_ROWS + 8000
+    codes = [rng.integers(-1, 4, n).astype(np.int8) for _ in range(9)]
+    for c in codes:
+        c[DISTINCT_ROWS + 1000: DISTINCT_ROWS + 3000] = c[:2000]  # rows seen before, after the search stops
+    plan = CountPlan(tuple("abcdefghi"), (4,) * 9, ((0, 1, 2), (2, 3), (4, 5, 6), (7,), (8, 0)))
+    positions = np.arange(n)
+    every = replicate_count_chunk(codes, positions, plan, 3, 11, own=True)
+    _assert_replicates(every, codes, plan, positions, 11, range(3))
+    np.testing.assert_array_equal(every["tables"][:, 3], _bincount_tables(codes, plan, np.ones(n)))
 
 
 def _bincount_cells(matrix: np.ndarray, plan: CountPlan, scope: tuple[int, ...]) -> np.ndarray:
