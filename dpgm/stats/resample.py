@@ -160,18 +160,25 @@ def _key_words(cardinalities: Sequence[int]) -> tuple[np.ndarray, int]:
     return np.asarray(word_of, dtype=np.int64), words + 1 if word_of else 0
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _slot_entry(h, p, id_bits):
+    """Pattern ``p``'s slot (uint32): ``p + 1`` in the low ``id_bits`` bits (0: empty), the top bits of its hash
+    ``h`` above them (a probe compares those before it reads the pattern's key)."""
+    return np.uint32((((h >> np.uint64(32)) >> np.uint64(id_bits)) << np.uint64(id_bits)) | np.uint64(p + 1))
+
+
 @numba.njit(nogil=True, cache=True)
-def _slot_table(hashes, slots):
+def _slot_table(hashes, slots, id_bits):
     """``slots``, an open-addressing table (its length a power of 2) holding patterns ``0 .. len(hashes) - 1`` by
-    their hashes: a slot is the pattern + 1 (0: empty), four bytes, so that the table of a chunk's patterns stays
-    in cache."""
+    their hashes (:func:`_slot_entry`), four bytes a slot, so that the table of a chunk's patterns stays in
+    cache."""
     mask = np.uint64(slots.shape[0] - 1)
     slots[:] = 0
     for p in range(hashes.shape[0]):
         slot = hashes[p] & mask
         while slots[slot] != 0:
             slot = (slot + np.uint64(1)) & mask
-        slots[slot] = p + 1
+        slots[slot] = _slot_entry(hashes[p], p, id_bits)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -188,6 +195,10 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
     """
     n_variables, n = codes.shape
     n_tables = scope_starts.shape[0] - 1
+    id_bits = 1  # the bits of a slot that hold a pattern + 1 (at most n)
+    while (1 << id_bits) <= n:
+        id_bits += 1
+    ids = np.uint32((1 << id_bits) - 1)
     capacity = min(4096, slot_space.shape[0])
     slots = slot_space[:capacity]
     slots[:] = 0
@@ -250,12 +261,12 @@ def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_start
                         capacity *= 2
                         mask = np.uint64(capacity - 1)
                         slots = slot_space[:capacity]
-                        _slot_table(pattern_hashes[:found], slots)
+                        _slot_table(pattern_hashes[:found], slots, id_bits)
                     else:
-                        slots[slot] = p + 1
+                        slots[slot] = _slot_entry(h, p, id_bits)
                     break
-                q = entry - 1
-                if pattern_hashes[q] == h:  # the same hash: the keys decide
+                q = np.int64(entry & ids) - 1
+                if (entry ^ _slot_entry(h, q, id_bits)) == 0:  # the same top bits of the hash: the keys decide
                     same = True
                     for k in range(n_words):
                         same &= pattern_keys[q, k] == keys[k, r]
@@ -557,7 +568,7 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     pattern, cells = _space("pattern", (n,), np.int64), _space("cells", (len(plan.scopes), n), np.int32)
     size = _patterns(matrix, cardinalities, word_of, n_words, columns, scope_starts, offsets, pattern, cells,
                      _space("keys", (n, n_words), np.uint64), _space("hashes", (n,), np.uint64),
-                     _space("slots", (max(4096, 1 << (2 * n - 1).bit_length()),), np.int32))
+                     _space("slots", (max(4096, 1 << (2 * n - 1).bit_length()),), np.uint32))
     cells = cells[:, : len(size)]  # tables x patterns
     n_cells = int(offsets[-1])
     used = _compact_cells(cells, _space("lookup", (n_cells,), np.int32))  # the tables' rows the chunk reaches
