@@ -319,11 +319,27 @@ def _draw_sums(seeds, begin, end, first, count, words, uniforms, small):
                 small[x] += np.uint16(_draw(uniforms[x]))
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _add_to(out, row, pairs, column, values, width):
+    """``values[:width]`` added to ``out``'s ``row`` from ``column`` on; a row past ``out``'s rows is pair
+    ``row - len(out)`` of :func:`_paired_cells`: to both its cells."""
+    n_cells = out.shape[0]
+    if row < n_cells:
+        for x in range(width):
+            out[row, column + x] += values[x]
+    else:
+        a, b = pairs[row - n_cells, 0], pairs[row - n_cells, 1]
+        for x in range(width):
+            out[a, column + x] += values[x]
+            out[b, column + x] += values[x]
+
+
 @numba.njit(nogil=True, cache=True)
-def _flush(target, pending, column, width):
-    """A cell's held sums into its table row: ``target[column + x] += pending[x]``, then ``pending`` zero."""
+def _flush(out, held, row, pairs, column, width):
+    """A row's held sums into ``out`` (:func:`_add_to`), then the row zero."""
+    pending = held[row]
+    _add_to(out, row, pairs, column, pending, width)
     for x in range(width):
-        target[column + x] += pending[x]
         pending[x] = 0
 
 
@@ -336,13 +352,13 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
     draw of the 16 bits at bit ``16 * (x % 4)`` of the generator's output ``b * lanes / 4 + x // 4 + 1``.
     Whole weights add up in uint16 lanes, :data:`_FLUSH` rows at a time: a pattern's sums, and each
     cell's sums until the rows added to it would reach :data:`_FLUSH` (then into ``out``); frequency
-    weights in float64. ``held``: (cells, lanes) uint16 zeros (unweighted), left zero. ``first_table``:
-    the rows of ``out`` that hold the first table (each row of the chunk falls in one of its cells, so
-    their sums are the replicates' rows), or an empty range when there are no tables. ``pairs``: the last
-    ``len(pairs)`` rows of ``out`` hold pairs of cells of two tables (:func:`_pair_cells`); each block's
-    sums of such a row are added to its two cells, ``pairs[k]``.
+    weights in float64. ``held``: (cells + pairs, lanes) uint16 zeros (unweighted), left zero.
+    ``first_table``: the rows of ``out`` that hold the first table (each row of the chunk falls in one of
+    its cells, so their sums are the replicates' rows), or an empty range when there are no tables.
+    ``cells`` past ``out``'s rows are pairs of cells of two tables (``pairs``, :func:`_paired_cells`):
+    their sums go to both cells (:func:`_add_to`).
     """
-    n_cells = out.shape[0]
+    n_cells = out.shape[0] + pairs.shape[0]
     blocks, lanes = rows.shape
     n_patterns, n_tables = cells.shape
     outputs = lanes // 4
@@ -382,31 +398,22 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
                     for x in range(width):
                         total[x] += sums[x]
                 for t in range(n_tables):
-                    target = out[cells[p, t]]
-                    for x in range(width):
-                        target[column + x] += sums[x]
+                    _add_to(out, cells[p, t], pairs, column, sums, width)
                 continue
             # at most _FLUSH rows: their whole sums in uint16, held per cell
             _draw_sums(seeds, starts[p], starts[p + 1], first, count, words, uniforms, small)
             for t in range(n_tables):  # indexed in two dimensions: a row's view would cost two atomic reference counts
                 cell = cells[p, t]
                 if held_rows[cell] + size > _FLUSH:
-                    _flush(out[cell], held[cell], column, width)
+                    _flush(out, held, cell, pairs, column, width)
                     held_rows[cell] = 0
                 held_rows[cell] += size
                 for x in range(width):
                     held[cell, x] += small[x]
         for cell in range(held_rows.shape[0]):
             if held_rows[cell] > 0:
-                _flush(out[cell], held[cell], column, width)
+                _flush(out, held, cell, pairs, column, width)
                 held_rows[cell] = 0
-        own_rows = n_cells - pairs.shape[0]
-        for k in range(pairs.shape[0]):  # each pair's sums into its two cells
-            a, b = pairs[k, 0], pairs[k, 1]
-            for x in range(width):
-                value = out[own_rows + k, column + x]
-                out[a, column + x] += value
-                out[b, column + x] += value
         for cell in range(first_table[0], first_table[1]):
             source = out[cell]
             for x in range(width):
@@ -588,15 +595,13 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     bounds = np.searchsorted(used, offsets)  # where each table's cells start among the chunk's
     columns, pairs = _paired_cells(cells, bounds, plan.scopes)
     n_rows = len(used) + len(pairs)
-    work = _space("out", (n_rows, written + own), dtype)  # the pairs' rows are dropped after the kernel
-    work[:] = 0
+    out = np.zeros((len(used), written + own), dtype=dtype)
     rows = np.zeros((blocks, lanes), dtype=np.float64)
     held = _space("held", (0 if weighted else n_rows, lanes), np.uint16)
     held[:] = 0
     first_table = (0, int(bounds[1])) if len(offsets) > 1 else (0, 0)
-    _replicate_count_patterns(starts, seeds, weights, weighted, columns, replicates, work, rows, held, first_table,
+    _replicate_count_patterns(starts, seeds, weights, weighted, columns, replicates, out, rows, held, first_table,
                               pairs)
-    out = work[: len(used)].copy()
     rows = rows.reshape(-1)[:replicates]
     if own:
         mine = np.zeros(len(used), dtype=np.float64)
