@@ -41,6 +41,14 @@ import numpy as np
 __all__ = ["POISSON_CDF", "UNIFORM_BITS", "check_replicates", "poisson_weights", "replicate_count_chunk",
            "replicate_weights"]
 
+from dpgm.stats.code_patterns import (
+    compact_cells,
+    find_patterns,
+    key_words,
+    mix,
+    pair_tables,
+    work_array,
+)
 from dpgm.stats.folds import GOLDEN, check_seed, row_seeds, splitmix
 
 # P(X <= k) of Poisson(1) for k = 0 .. 20
@@ -102,23 +110,12 @@ def replicate_weights(n_rows: int, chunks: Sequence[int] | None, replicate: int,
 # generator outputs per block of replicates (256 replicates): a row's draws of a block come from one loop,
 # long enough to vectorise well; the block's tables are cells x 256 int32
 WORDS = 64
-ROW_BLOCK = 2048
-# rows of a chunk searched for patterns before :func:`_patterns` may stop searching
-DISTINCT_ROWS = 2**16
-_GOLDEN = 0x9E3779B97F4A7C15
 _T = _THRESHOLDS  # eight (the weights 0 .. 8), which _draw compares with one by one
 if len(_T) != 8:
     raise RuntimeError(f"expected 8 thresholds of the 16-bit draw, got {len(_T)}")
 # rows of one pattern whose whole weights add up in uint16 lanes: at most 8 each
 _FLUSH = (2**16 - 1) // len(_THRESHOLDS)
 _LITTLE_ENDIAN = sys.byteorder == "little"
-
-
-@numba.njit(nogil=True, cache=True)
-def _mix(z):
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -131,9 +128,9 @@ def _draw(m):
 @numba.njit(nogil=True, cache=True)
 def _outputs(seed, first, count, words):
     """``words[i]`` <- output ``first + i + 1`` of the generator ``seed``, for ``i < count``."""
-    golden = np.uint64(_GOLDEN)
+    golden = np.uint64(GOLDEN)
     for i in range(count):
-        words[i] = _mix(seed + np.uint64(first + i + 1) * golden)
+        words[i] = mix(seed + np.uint64(first + i + 1) * golden)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -148,139 +145,6 @@ def _quarters(words, count, uniforms):
         uniforms[4 * i + 3] = np.uint16(z >> np.uint64(48))
 
 
-def _key_words(cardinalities: Sequence[int]) -> tuple[np.ndarray, int]:
-    """Which 64-bit word of a row's pattern key holds each variable (mixed radix ``cardinality + 1``), and how
-    many words: each word's radices multiply to at most 2**64."""
-    word_of, words, product = [], 0, 1
-    for cardinality in cardinalities:
-        if product * (cardinality + 1) > 2**64:
-            words, product = words + 1, 1
-        product *= cardinality + 1
-        word_of.append(words)
-    return np.asarray(word_of, dtype=np.int64), words + 1 if word_of else 0
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _slot_entry(h, p, id_bits):
-    """Pattern ``p``'s slot (uint32): ``p + 1`` in the low ``id_bits`` bits (0: empty), the top bits of its hash
-    ``h`` above them (a probe compares those before it reads the pattern's key)."""
-    return np.uint32((((h >> np.uint64(32)) >> np.uint64(id_bits)) << np.uint64(id_bits)) | np.uint64(p + 1))
-
-
-@numba.njit(nogil=True, cache=True)
-def _slot_table(hashes, slots, id_bits):
-    """``slots``, an open-addressing table (its length a power of 2) holding patterns ``0 .. len(hashes) - 1`` by
-    their hashes (:func:`_slot_entry`), four bytes a slot, so that the table of a chunk's patterns stays in
-    cache."""
-    mask = np.uint64(slots.shape[0] - 1)
-    slots[:] = 0
-    for p in range(hashes.shape[0]):
-        slot = hashes[p] & mask
-        while slots[slot] != 0:
-            slot = (slot + np.uint64(1)) & mask
-        slots[slot] = _slot_entry(hashes[p], p, id_bits)
-
-
-@numba.njit(nogil=True, cache=True)
-def _patterns(codes, cardinalities, word_of, n_words, scope_columns, scope_starts, table_offsets, pattern, cells,
-              pattern_keys, pattern_hashes, slot_space):
-    """Each row's pattern: its extended codes, as ``n_words`` mixed-radix words, found in a hash table.
-
-    Fills ``pattern`` (rows), each pattern's flat cell in every table (``cells``: tables x rows, the
-    first columns), its key and hash (``pattern_keys``, ``pattern_hashes``), using the first slots of ``slot_space``
-    (a power of 2 at least twice the rows, or 4096) as the table; patterns are numbered in the order of
-    their first row. Returns each pattern's number of rows. When the first :data:`DISTINCT_ROWS` rows (or
-    more) are nearly all distinct (9 in 10), each later row is a pattern of its own, without a search: a
-    pattern may then recur (its rows' sums are added in two places instead of one, the same tables).
-    """
-    n_variables, n = codes.shape
-    n_tables = scope_starts.shape[0] - 1
-    id_bits = 1  # the bits of a slot that hold a pattern + 1 (at most n)
-    while (1 << id_bits) <= n:
-        id_bits += 1
-    ids = np.uint32((1 << id_bits) - 1)
-    capacity = min(4096, slot_space.shape[0])
-    slots = slot_space[:capacity]
-    slots[:] = 0
-    mask = np.uint64(capacity - 1)
-    keys = np.empty((max(n_words, 1), ROW_BLOCK), dtype=np.uint64)
-    hashes = np.empty(ROW_BLOCK, dtype=np.uint64)
-    block_cells = np.empty((n_tables, ROW_BLOCK), dtype=np.int64)
-    found = 0
-    for start in range(0, n, ROW_BLOCK):
-        stop = min(n, start + ROW_BLOCK)
-        m = stop - start
-        distinct = start >= DISTINCT_ROWS and 10 * found > 9 * start  # nearly every row its own pattern: no search
-        keys[:, :m] = 0
-        for j in range(0 if distinct else n_variables):  # column by column: vectorised
-            cardinality = cardinalities[j]
-            radix = np.uint64(cardinality + 1)
-            key = keys[word_of[j]]
-            column = codes[j, start:stop]
-            for r in range(m):
-                c = column[r]
-                key[r] = key[r] * radix + np.uint64(cardinality if c < 0 else c)
-        hashes[:m] = np.uint64(_GOLDEN)
-        for k in range(0 if distinct else n_words):
-            key = keys[k]
-            for r in range(m):
-                hashes[r] = _mix(hashes[r] ^ key[r])
-        for t in range(n_tables):  # every row's cells, Horner column by column: vectorised
-            cell = block_cells[t]
-            cell[:m] = table_offsets[t]
-            weight = 1
-            for q in range(scope_starts[t + 1] - 1, scope_starts[t] - 1, -1):
-                j = scope_columns[q]
-                cardinality = cardinalities[j]
-                column = codes[j, start:stop]
-                for r in range(m):
-                    c = column[r]
-                    cell[r] += weight * (cardinality if c < 0 else c)
-                weight *= cardinality + 1
-        if distinct:
-            for r in range(m):
-                for t in range(n_tables):
-                    cells[t, found] = block_cells[t, r]
-                pattern[start + r] = found
-                found += 1
-            continue
-        for r in range(m):
-            h = hashes[r]
-            slot = h & mask
-            while True:
-                entry = slots[slot]
-                if entry == 0:  # a new pattern: its hash, key, and cells from the row's codes
-                    p = found
-                    found += 1
-                    pattern_hashes[p] = h
-                    for k in range(n_words):
-                        pattern_keys[p, k] = keys[k, r]
-                    for t in range(n_tables):
-                        cells[t, p] = block_cells[t, r]
-                    if 2 * found > capacity:  # at most half full: grow
-                        capacity *= 2
-                        mask = np.uint64(capacity - 1)
-                        slots = slot_space[:capacity]
-                        _slot_table(pattern_hashes[:found], slots, id_bits)
-                    else:
-                        slots[slot] = _slot_entry(h, p, id_bits)
-                    break
-                q = np.int64(entry & ids) - 1
-                if (entry ^ _slot_entry(h, q, id_bits)) == 0:  # the same top bits of the hash: the keys decide
-                    same = True
-                    for k in range(n_words):
-                        same &= pattern_keys[q, k] == keys[k, r]
-                    if same:
-                        p = np.int64(q)
-                        break
-                slot = (slot + np.uint64(1)) & mask
-            pattern[start + r] = p
-    size = np.zeros(found, dtype=np.int64)
-    for r in range(n):  # the patterns' rows, counted after the probes: no dependence between these additions
-        size[pattern[r]] += 1
-    return size
-
-
 @numba.njit(nogil=True, cache=True)
 def _group_rows(pattern, size, positions, random_state, base, weighted, seeds):
     """The rows ordered by pattern: where each pattern's rows start (patterns + 1), their generators' seeds
@@ -290,13 +154,13 @@ def _group_rows(pattern, size, positions, random_state, base, weighted, seeds):
     for p in range(size.shape[0]):
         starts[p + 1] = starts[p] + size[p]
     fill = starts[:-1].copy()
-    salt = np.uint64(random_state + 1) * np.uint64(_GOLDEN)
+    salt = np.uint64(random_state + 1) * np.uint64(GOLDEN)
     weights = np.empty(n if weighted else 0, dtype=np.float64)
     for r in range(n):
         p = pattern[r]
         at = fill[p]
         fill[p] += 1
-        seeds[at] = _mix(np.uint64(positions[r]) + salt)
+        seeds[at] = mix(np.uint64(positions[r]) + salt)
         if weighted:
             weights[at] = base[r]
     return starts, seeds, weights
@@ -322,7 +186,7 @@ def _draw_sums(seeds, begin, end, first, count, words, uniforms, small):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _add_to(out, row, pairs, column, values, width):
     """``values[:width]`` added to ``out``'s ``row`` from ``column`` on; a row past ``out``'s rows is pair
-    ``row - len(out)`` of :func:`_paired_cells`: to both its cells."""
+    ``row - len(out)`` of :func:`~dpgm.stats.code_patterns.pair_tables`: to both its cells."""
     n_cells = out.shape[0]
     if row < n_cells:
         for x in range(width):
@@ -355,8 +219,8 @@ def _replicate_count_patterns(starts, seeds, weights, weighted, cells, replicate
     weights in float64. ``held``: (cells + pairs, lanes) uint16 zeros (unweighted), left zero.
     ``first_table``: the rows of ``out`` that hold the first table (each row of the chunk falls in one of
     its cells, so their sums are the replicates' rows), or an empty range when there are no tables.
-    ``cells`` past ``out``'s rows are pairs of cells of two tables (``pairs``, :func:`_paired_cells`):
-    their sums go to both cells (:func:`_add_to`).
+    ``cells`` past ``out``'s rows are pairs of cells of two tables (``pairs``,
+    :func:`~dpgm.stats.code_patterns.pair_tables`): their sums go to both cells (:func:`_add_to`).
     """
     n_cells = out.shape[0] + pairs.shape[0]
     blocks, lanes = rows.shape
@@ -436,115 +300,6 @@ def _own_counts(starts, weights, weighted, cells, table):
             table[cells[t, p]] += total
 
 
-@numba.njit(nogil=True, cache=True)
-def _compact_cells(cells, lookup):
-    """The cells the chunk's patterns fall in (ascending), and ``cells`` (tables x patterns) renumbered in place
-    to their places in that list; ``lookup`` (one entry per cell of the tables, any values) is overwritten."""
-    n_tables, n_patterns = cells.shape
-    lookup[:] = 0
-    for t in range(n_tables):
-        for p in range(n_patterns):
-            lookup[cells[t, p]] = 1
-    used = np.empty(lookup.shape[0], dtype=np.int64)
-    n_used = 0
-    for cell in range(lookup.shape[0]):
-        if lookup[cell]:
-            lookup[cell] = n_used
-            used[n_used] = cell
-            n_used += 1
-    for t in range(n_tables):
-        for p in range(n_patterns):
-            cells[t, p] = lookup[cells[t, p]]
-    return used[:n_used]
-
-
-@numba.njit(nogil=True, cache=True)
-def _pair_cells(cells, a, b, first_a, first_b, n_b, lut, pairs, into, base, most):
-    """Each pattern's cells in tables ``a`` and ``b`` (rows of ``cells``, tables x patterns; compact cells ``first_a ..``, ``first_b .. + n_b``) as one
-    row, ``base`` + the pair's order of first sight (into ``into``): ``pairs[k]`` <- pair ``k``'s two cells.
-    ``lut`` (both tables' cells multiplied, any values) is overwritten. Returns the number of pairs, or
-    ``most + 1`` as soon as there are more than ``most`` (the rest left undone)."""
-    lut[:] = -1
-    found = 0
-    row_a, row_b = cells[a], cells[b]
-    for p in range(row_a.shape[0]):
-        ca, cb = row_a[p], row_b[p]
-        at = (ca - first_a) * n_b + (cb - first_b)
-        k = lut[at]
-        if k < 0:
-            if found == most:
-                return most + 1
-            k = found
-            lut[at] = k
-            pairs[k, 0], pairs[k, 1] = ca, cb
-            found += 1
-        into[p] = base + k
-    return found
-
-
-# the largest product of two tables' cells in a chunk that _pair_cells pairs (its lookup table: 256 KiB)
-PAIR_CELLS = 2**16
-# a pair of tables is held when it has at most 1/PAIR_SHARE as many pairs of cells as the chunk has patterns (on
-# alarm, 1/4 to 1/100 give the same kernel time); at most PAIR_TRIES x tables pairs tried in all
-PAIR_SHARE = 16
-PAIR_TRIES = 2
-
-
-def _paired_cells(cells: np.ndarray, bounds: np.ndarray, scopes: Sequence[Sequence[int]]) -> tuple[np.ndarray,
-                                                                                                   np.ndarray]:
-    """The kernel's cells (patterns x columns) with tables held two by two: ``(columns, pairs)``.
-
-    ``cells``: tables x patterns, compact (:func:`_compact_cells`). Each pattern adds its sums to one row
-    per column instead of one per table. Tables are paired greedily, those sharing the most variables
-    first, then the fewest cells in the chunk (``bounds``: where each table's compact cells start, tables
-    + 1); a pair is kept when it has at most 1/:data:`PAIR_SHARE` as many distinct pairs of cells as there
-    are patterns. ``columns`` numbers the pairs after the ``bounds[-1]`` cells, ``pairs`` (pairs x 2) gives
-    each pair row's two cells.
-    """
-    n_tables, n_patterns = cells.shape
-    counts = np.diff(bounds)
-    shared = [set(scope) for scope in scopes]
-    candidates = sorted(((a, b) for a in range(n_tables) for b in range(a + 1, n_tables)
-                         if counts[a] * counts[b] <= PAIR_CELLS),
-                        key=lambda ab: (-len(shared[ab[0]] & shared[ab[1]]), counts[ab[0]] * counts[ab[1]], ab))
-    # work arrays reused chunk after chunk (see _space): each kept pair's rows, and its pairs of cells
-    into = _space("pair-rows", (n_tables // 2, n_patterns), np.int32)
-    found = _space("pair-cells", (n_tables // 2, PAIR_CELLS, 2), np.int32)
-    lut = _space("pair-lut", (PAIR_CELLS,), np.int32)
-    kept, sizes, left, base = [], [], set(range(n_tables)), int(bounds[-1])
-    most, tries = n_patterns // PAIR_SHARE, PAIR_TRIES * n_tables
-    for a, b in candidates:
-        if a not in left or b not in left or tries == 0:
-            continue
-        j, tries = len(kept), tries - 1
-        k = _pair_cells(cells, a, b, int(bounds[a]), int(bounds[b]), int(counts[b]),
-                        lut[: int(counts[a] * counts[b])], found[j], into[j], base, most)
-        if k <= most:
-            kept.append((a, b))
-            sizes.append(k)
-            left -= {a, b}
-            base += k
-    singles = sorted(left)
-    columns = _space("pair-columns", (n_patterns, len(kept) + len(singles)), np.int32)
-    for j in range(len(kept)):
-        columns[:, j] = into[j]
-    for j, t in enumerate(singles, start=len(kept)):
-        columns[:, j] = cells[t]
-    pairs = np.concatenate([found[j, :k] for j, k in enumerate(sizes)]) if sizes else np.zeros((0, 2), np.int32)
-    return columns, pairs
-
-
-def _space(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """A per-thread work array of the kernel (:func:`dpgm.data.columns.scratch`), reused chunk after chunk: on
-    distributed workers, whose allocator hands freed memory back to the system, fresh arrays of a chunk's size
-    cost a page fault per 4 KiB touched (about 11 ms of a 500,000-row chunk's 80 ms)."""
-    from dpgm.data.columns import scratch
-
-    dtype = np.dtype(dtype)
-    n_bytes = math.prod(shape) * dtype.itemsize
-    return scratch(f"resample-{name}", n_bytes)[:n_bytes].view(dtype).reshape(shape)
-
-
 def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.ndarray, plan: Any, replicates: int,
                           random_state: int, base: np.ndarray | None = None, chunk: int = 0,
                           own: bool = False, integer: bool = False, sparse: bool = False) -> dict[str, Any]:
@@ -553,8 +308,9 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     Returns ``{"tables": (cells, replicates), "rows": (replicates,)}``: replicate ``b``'s
     column equals :func:`dpgm.stats.kernels.count_chunk` of the chunk weighted by
     ``poisson_weights(positions, b, random_state) * base``. The chunk's rows are grouped by
-    their codes (:func:`_patterns`), and each group's weights summed before they are
-    added to the tables (:func:`_replicate_count_patterns`). ``own``: one more column, last,
+    their codes (:func:`~dpgm.stats.code_patterns.find_patterns`), and each group's weights summed
+    before they are added to the tables (:func:`_replicate_count_patterns`), tables that share
+    variables two by two (:func:`~dpgm.stats.code_patterns.pair_tables`). ``own``: one more column, last,
     the chunk's own tables (its rows weighted by ``base`` alone, as :func:`~dpgm.stats.kernels.count_chunk`
     counts them), from the same groups: the fit on the data needs no other read of the chunk.
     ``integer`` (no ``base``): the tables as int32, exact, half the bytes to send and add up; the
@@ -571,18 +327,18 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     columns = np.array([j for scope in plan.scopes for j in scope], dtype=np.int64)
     scope_starts = np.concatenate([[0], np.cumsum([len(s) for s in plan.scopes])]).astype(np.int64)
     offsets = plan.offsets
-    word_of, n_words = _key_words(plan.cardinalities)
-    pattern, cells = _space("pattern", (n,), np.int64), _space("cells", (len(plan.scopes), n), np.int32)
-    size = _patterns(matrix, cardinalities, word_of, n_words, columns, scope_starts, offsets, pattern, cells,
-                     _space("keys", (n, n_words), np.uint64), _space("hashes", (n,), np.uint64),
-                     _space("slots", (max(4096, 1 << (2 * n - 1).bit_length()),), np.uint32))
+    word_of, n_words = key_words(plan.cardinalities)
+    pattern, cells = work_array("pattern", (n,), np.int64), work_array("cells", (len(plan.scopes), n), np.int32)
+    size = find_patterns(matrix, cardinalities, word_of, n_words, columns, scope_starts, offsets, pattern, cells,
+                         work_array("keys", (n, n_words), np.uint64), work_array("hashes", (n,), np.uint64),
+                         work_array("slots", (max(4096, 1 << (2 * n - 1).bit_length()),), np.uint32))
     cells = cells[:, : len(size)]  # tables x patterns
     n_cells = int(offsets[-1])
-    used = _compact_cells(cells, _space("lookup", (n_cells,), np.int32))  # the tables' rows the chunk reaches
+    used = compact_cells(cells, work_array("lookup", (n_cells,), np.int32))  # the tables' rows the chunk reaches
     weighted = base is not None
     starts, seeds, weights = _group_rows(pattern, size, np.asarray(positions, dtype=np.int64), random_state,
                                          np.asarray(base if weighted else np.zeros(0), dtype=np.float64), weighted,
-                                         _space("seeds", (n,), np.uint64))
+                                         work_array("seeds", (n,), np.uint64))
     # whole Poisson weights add up exactly in int32 while a chunk's total stays below 2**31 (at most 8 per row);
     # frequency weights need float64
     dtype = np.int32 if not weighted and n * len(_THRESHOLDS) < 2**31 else np.float64
@@ -593,11 +349,11 @@ def replicate_count_chunk(codes: list[np.ndarray] | np.ndarray, positions: np.nd
     # replicates is a multiple of 4 and the dtype the one asked for, that array is the result as it stands
     written = 4 * outputs
     bounds = np.searchsorted(used, offsets)  # where each table's cells start among the chunk's
-    columns, pairs = _paired_cells(cells, bounds, plan.scopes)
+    columns, pairs = pair_tables(cells, bounds, plan.scopes)
     n_rows = len(used) + len(pairs)
     out = np.zeros((len(used), written + own), dtype=dtype)
     rows = np.zeros((blocks, lanes), dtype=np.float64)
-    held = _space("held", (0 if weighted else n_rows, lanes), np.uint16)
+    held = work_array("held", (0 if weighted else n_rows, lanes), np.uint16)
     held[:] = 0
     first_table = (0, int(bounds[1])) if len(offsets) > 1 else (0, 0)
     _replicate_count_patterns(starts, seeds, weights, weighted, columns, replicates, out, rows, held, first_table,

@@ -200,7 +200,7 @@ def test_tables_held_two_by_two_add_up_to_each_tables_bincount_table():
     """Tables that share variables are held in pairs (one row per distinct pair of cells, added to both
     cells after each block of replicates): the first table among them, replicates in two blocks, with
     and without frequency weights, the replicates' and the chunk's own tables equal ``np.bincount``'s."""
-    from dpgm.stats.resample import _compact_cells, _paired_cells
+    from dpgm.stats.code_patterns import compact_cells, pair_tables
 
     rng = np.random.default_rng(8)
     n = 4000
@@ -212,8 +212,8 @@ def test_tables_held_two_by_two_add_up_to_each_tables_bincount_table():
     matrix = np.stack(codes)
     cells = np.stack([_bincount_cells(matrix, plan, scope) for scope in plan.scopes])  # tables x rows
     cells = np.ascontiguousarray(np.unique(cells, axis=1).astype(np.int32))  # tables x patterns
-    used = _compact_cells(cells, np.empty(int(plan.offsets[-1]), dtype=np.int32))
-    columns, pairs = _paired_cells(cells, np.searchsorted(used, plan.offsets), plan.scopes)
+    used = compact_cells(cells, np.empty(int(plan.offsets[-1]), dtype=np.int32))
+    columns, pairs = pair_tables(cells, np.searchsorted(used, plan.offsets), plan.scopes)
     assert columns.shape == (cells.shape[1], 3) and 0 < len(pairs) < cells.shape[1] / 2
     for weights in (None, rng.gamma(2.0, size=n)):
         every = replicate_count_chunk(codes, positions, plan, 301, 4, weights, own=True)
@@ -223,10 +223,10 @@ def test_tables_held_two_by_two_add_up_to_each_tables_bincount_table():
 
 
 def test_rows_nearly_all_distinct_stop_the_pattern_search_and_recurring_rows_still_add_up():
-    """Past the first :data:`~dpgm.stats.resample.DISTINCT_ROWS` rows, when 9 rows in 10 were distinct, each row is
+    """Past the first :data:`~dpgm.stats.code_patterns.DISTINCT_ROWS` rows, when 9 rows in 10 were distinct, each row is
     its own pattern: rows repeated after that point (copies of the first ones) are counted once each, and
     the tables still equal ``np.bincount``'s."""
-    from dpgm.stats.resample import DISTINCT_ROWS
+    from dpgm.stats.code_patterns import DISTINCT_ROWS
 
     rng = np.random.default_rng(9)
     n = DISTINCT_ROWS + 8000
