@@ -13,7 +13,8 @@ Interrupted (SIGTERM/SIGINT, see :mod:`dpgm.cluster.processes`), nothing outlive
 driver waits for a pass in slices of at most :data:`WAIT_SECONDS`, so an interrupt a signal handler
 recorded is raised within that time even where Python swallowed it; a pass that ends by an exception
 (a task's error, an interrupt) is stopped before the exception goes on: its futures are cancelled and
-the driver waits (up to :data:`STOP_SECONDS`) until none of its tasks runs on a worker, so that the
+the driver waits (up to :data:`STOP_SECONDS`) until the scheduler took the cancel and no worker has run
+or readied any of its tasks for :data:`QUIET_SECONDS`, so that the
 caller's clean-up (removing a half-written store) does not race with writes still under way (an
 interrupted pass on the embedded cluster stops its workers instead, at once); and the embedded
 cluster stops within seconds, its workers killed if they do not close.
@@ -321,6 +322,9 @@ WAIT_SECONDS = 0.25
 # (then on a cluster dpgm did not start: the embedded one stops its workers instead)
 STOP_SECONDS = 10.0
 INTERRUPTED_STOP_SECONDS = 2.0
+# how long no worker must hold a task of a stopped pass, after the scheduler took the cancel, before the pass
+# counts as stopped (a task sent to a worker just before the cancel reaches it within that time)
+QUIET_SECONDS = 0.2
 _PARTS = ("map", "combine", "total", "shared")
 
 
@@ -428,13 +432,19 @@ def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
         embedded.stop(grace=INTERRUPTED_GRACE_SECONDS)
         return
     end = time.monotonic() + (INTERRUPTED_STOP_SECONDS if interrupted else STOP_SECONDS)
-    _within(1.0, client.cancel, [future], force=True)
+    # the scheduler took the cancel (it sends no more of the pass's tasks) when the call returned
+    cancelled = _within(max(end - time.monotonic(), 0.1), client.cancel, [future], force=True)
     names = _key_names(obj)
+    quiet = None  # since when every worker answered that it holds none of the pass's tasks
     while time.monotonic() < end:
         counts: dict = {}
         _within(max(min(end - time.monotonic(), 1.0), 0.1), _count_running, client, names, counts)
-        if counts and not any(counts.values()):  # every worker answered: none of the tasks still runs
-            return
+        if counts and not any(counts.values()):
+            quiet = time.monotonic() if quiet is None else quiet
+            if cancelled and time.monotonic() - quiet >= QUIET_SECONDS:
+                return
+        else:
+            quiet = None
         time.sleep(0.05)
 
 
@@ -452,13 +462,15 @@ def _key_names(obj: Any) -> set[str] | None:
 
 
 def _running_tasks(dask_worker: Any, names: set[str] | None) -> int:
-    """On a worker: how many tasks of ``names`` (any task: None) are still running, cancelled ones too."""
-    keys = [ts.key for ts in list(dask_worker.state.executing) + list(dask_worker.state.long_running)]
+    """On a worker: how many tasks of ``names`` (any task: None) are running (cancelled ones too) or ready to."""
+    state = dask_worker.state
+    keys = [ts.key for ts in [*state.executing, *state.long_running, *state.ready, *state.constrained]]
     return sum(1 for key in keys if names is None or str(key[0] if isinstance(key, tuple) else key) in names)
 
 
-def _within(seconds: float, function: Any, *args: Any, **kwargs: Any) -> None:
-    """Call ``function`` in a thread; stop waiting for it after ``seconds`` (its errors are ignored)."""
+def _within(seconds: float, function: Any, *args: Any, **kwargs: Any) -> bool:
+    """Call ``function`` in a thread; stop waiting for it after ``seconds`` (its errors are ignored). Whether
+    the call returned in that time."""
     def call() -> None:
         with contextlib.suppress(Exception):
             function(*args, **kwargs)
@@ -466,6 +478,7 @@ def _within(seconds: float, function: Any, *args: Any, **kwargs: Any) -> None:
     thread = threading.Thread(target=call, name="dpgm-stop-pass", daemon=True)
     thread.start()
     thread.join(seconds)
+    return not thread.is_alive()
 
 
 @contextlib.contextmanager
