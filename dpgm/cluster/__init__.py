@@ -55,6 +55,7 @@ from dpgm.cluster.remote import (
     jobqueue_client,
     remote_client,
 )
+from dpgm.cluster.stopping import count_running, key_names, within
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -433,12 +434,12 @@ def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
         return
     end = time.monotonic() + (INTERRUPTED_STOP_SECONDS if interrupted else STOP_SECONDS)
     # the scheduler took the cancel (it sends no more of the pass's tasks) when the call returned
-    cancelled = _within(max(end - time.monotonic(), 0.1), client.cancel, [future], force=True)
-    names = _key_names(obj)
+    cancelled = within(max(end - time.monotonic(), 0.1), client.cancel, [future], force=True)
+    names = key_names(obj)
     quiet = None  # since when every worker answered that it holds none of the pass's tasks
     while time.monotonic() < end:
         counts: dict = {}
-        _within(max(min(end - time.monotonic(), 1.0), 0.1), _count_running, client, names, counts)
+        within(max(min(end - time.monotonic(), 1.0), 0.1), count_running, client, names, counts)
         if counts and not any(counts.values()):
             quiet = time.monotonic() if quiet is None else quiet
             if cancelled and time.monotonic() - quiet >= QUIET_SECONDS:
@@ -446,39 +447,6 @@ def _stop(future: Any, obj: Any, *, interrupted: bool) -> None:
         else:
             quiet = None
         time.sleep(0.05)
-
-
-def _count_running(client: Any, names: set[str] | None, counts: dict) -> None:
-    counts.update(client.run(_running_tasks, names=names, on_error="ignore"))
-
-
-def _key_names(obj: Any) -> set[str] | None:
-    """The names of the pass's task keys (``dpgm-generate-<token>`` of ``("dpgm-generate-<token>", 3)``);
-    None (every task) for a graph of too many names to send to the workers."""
-    with contextlib.suppress(Exception):
-        names = {str(k[0] if isinstance(k, tuple) else k) for k in obj.__dask_graph__().keys()}
-        return names if len(names) <= 1000 else None
-    return None
-
-
-def _running_tasks(dask_worker: Any, names: set[str] | None) -> int:
-    """On a worker: how many tasks of ``names`` (any task: None) are running (cancelled ones too) or ready to."""
-    state = dask_worker.state
-    keys = [ts.key for ts in [*state.executing, *state.long_running, *state.ready, *state.constrained]]
-    return sum(1 for key in keys if names is None or str(key[0] if isinstance(key, tuple) else key) in names)
-
-
-def _within(seconds: float, function: Any, *args: Any, **kwargs: Any) -> bool:
-    """Call ``function`` in a thread; stop waiting for it after ``seconds`` (its errors are ignored). Whether
-    the call returned in that time."""
-    def call() -> None:
-        with contextlib.suppress(Exception):
-            function(*args, **kwargs)
-
-    thread = threading.Thread(target=call, name="dpgm-stop-pass", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return not thread.is_alive()
 
 
 @contextlib.contextmanager

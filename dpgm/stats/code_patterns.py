@@ -16,6 +16,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from dpgm.stats.folds import GOLDEN
+
 __all__ = ["DISTINCT_ROWS", "PAIR_CELLS", "PAIR_SHARE", "PAIR_TRIES", "ROW_BLOCK", "compact_cells",
            "find_patterns", "key_words", "mix", "pair_tables", "work_array"]
 
@@ -23,7 +25,6 @@ __all__ = ["DISTINCT_ROWS", "PAIR_CELLS", "PAIR_SHARE", "PAIR_TRIES", "ROW_BLOCK
 ROW_BLOCK = 2048
 # rows of a chunk searched for patterns before find_patterns may stop searching
 DISTINCT_ROWS = 2**16
-GOLDEN = 0x9E3779B97F4A7C15
 
 
 @numba.njit(nogil=True, cache=True)
