@@ -1,8 +1,21 @@
-"""Shared fixtures: a real 2-process LocalCluster for the session."""
+"""Shared fixtures: a real 2-process LocalCluster for the session.
+
+A run launched with SIGINT ignored (``nohup cmd &`` from a script: the shell sets it so) would pass
+that on to every ``dpgm`` process the tests start, and the tests that send them SIGINT would see it
+ignored: the run takes SIGINT back here, so the children start with its default action, as they do
+from a terminal or CI.
+"""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+
+def pytest_configure(config):
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
