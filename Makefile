@@ -2,6 +2,11 @@
 # locked versions (requirements/*.txt, written by `make lock`) with the pip the venv comes with:
 # every package pinned, --no-deps, so pip resolves nothing and never backtracks; --no-compile leaves
 # byte-compiling to the first import of each module (3.5x faster: benchmarks/results/install.md).
+# That first import writes the bytecode only if PYTHONDONTWRITEBYTECODE is unset: some CI images and
+# containers set it, and then every process (each `dpgm` command, each Dask worker) compiles NumPy,
+# pandas, xarray, Dask and Zarr from source again, 10 s of CPU instead of 3 s, which made the test
+# suite 2.7x slower (benchmarks/results/test_suite.md). The recipes run without it.
+unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
