@@ -15,6 +15,9 @@ RUNTIME_STAMP := $(VENV)/.runtime-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 DOCS_STAMP := $(VENV)/.docs-stamp
 SYSTEM_STAMP := $(VENV)/.system-stamp
+# the tests run in this many pytest processes (pytest-xdist, one file per process at a time), each with
+# its own 2-worker session cluster; then the tests marked `serial` (timed against the wall clock) alone
+TEST_PROCESSES ?= 2
 # the platform the lock is resolved for (CI and the project's machines)
 LOCK_FOR := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 
@@ -53,7 +56,8 @@ demo: $(RUNTIME_STAMP)
 test: $(TEST_STAMP) $(SYSTEM_STAMP)
 	$(PY) -m ruff check dpgm tests benchmarks examples
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial"
+	$(PY) -m pytest -m serial
 
 # the HTML pages of README.md and docs/ and the API reference, into docs/_build/html; a warning fails
 docs: $(DOCS_STAMP)

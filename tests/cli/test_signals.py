@@ -37,6 +37,8 @@ import pytest
 
 import dpgm
 
+pytestmark = pytest.mark.serial  # the 5 s limit is wall-clock time: run with no other test beside them
+
 LIMIT = 5.0  # seconds from the signal to an empty session
 CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
