@@ -449,5 +449,9 @@ def _at(value: Any, keys: list[str]) -> Any:
 
 
 def _short(value: Any, limit: int = 80) -> str:
+    """``value`` as JSON, its middle elided past ``limit`` characters: a path keeps its last folders."""
     text = json.dumps(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]

@@ -292,10 +292,14 @@ def test_undirected_em_on_reversed_labels_equals_the_same_order_fit_and_brute_fo
         same_order = dpgm.fit(model, data, **options)
         assert ours.model.states == model.states, kind
         np.testing.assert_allclose(ours.info["restart_logliks"], same_order.info["restart_logliks"], rtol=1e-10)
-        for pair in pairs:
+        # the latent corner's tables are not identified (its two labellings, and a ridge of equal
+        # likelihood: fits that agree to 1e-10 in log-likelihood above end at different latent tables,
+        # depending on rounding, which differs between machines): the observed pairs are compared, to
+        # 2e-5 as plain EM stops on that ridge (4e-6 apart measured on an AMD EPYC machine)
+        for pair in [p for p in pairs if "r0c0" not in p]:
             fitted = dpgm.marginal(ours.model, pair)
             np.testing.assert_allclose(fitted.values, by_label(dpgm.marginal(same_order.model, pair), fitted),
-                                       rtol=1e-6, atol=1e-9)
+                                       rtol=2e-5, atol=1e-9, err_msg=f"{kind} {pair}")
         assert ours.loglik == pytest.approx(brute_loglik(ours.model, frame), rel=1e-9), kind
 
 
