@@ -4,8 +4,8 @@
 # byte-compiling to the first import of each module (3.5x faster: benchmarks/results/install.md).
 # That first import writes the bytecode only if PYTHONDONTWRITEBYTECODE is unset: some CI images and
 # containers set it, and then every process (each `dpgm` command, each Dask worker) compiles NumPy,
-# pandas, xarray, Dask and Zarr from source again, 10 s of CPU instead of 3 s, which made the test
-# suite 2.7x slower (benchmarks/results/test_suite.md). The recipes run without it.
+# pandas, xarray, Dask and Zarr from source again: 3.3x the CPU per import, 2.8x per `dpgm` command
+# (benchmarks/results/bytecode.md). The recipes run without it.
 unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= python3
 VENV ?= .venv
