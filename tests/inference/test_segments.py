@@ -1,7 +1,7 @@
 """The split forward-backward of the long layout (``dpgm.inference.segments``) against whole sequences.
 
 Oracle: a plain log-space forward-backward of each whole sequence (``tests/chain_oracle.py``,
-NumPy with ``scipy.special.logsumexp``, no chunks): log-likelihood,
+NumPy, no chunks): log-likelihood,
 per-step posteriors, expected transition and start counts. The split E step
 must equal it to 1e-10 (relative, absolute for posteriors) for every chunking,
 including cuts inside one long sequence, sequences of length 1 and missing
