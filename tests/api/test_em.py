@@ -314,6 +314,34 @@ def test_expected_family_counts_equal_brute_force(seed, limit):
         np.testing.assert_allclose(table, expected[v], rtol=1e-12, atol=1e-12 * n)
 
 
+@pytest.mark.parametrize("limit", [1 << 12, 0])
+def test_repeated_rows_reduced_to_their_patterns_give_the_brute_force_counts(limit):
+    """Rows that repeat (40 distinct ones, 60,000 rows over 3 observed variables: few enough possible
+    patterns that the E step runs once per pattern) against the brute-force oracle of the 40 rows with
+    their summed weights: rtol 1e-11. ``limit`` 4096 enumerates every pattern, 0 sends every one through
+    the junction tree, whose ``tree_rows`` still counts rows, not patterns."""
+    from dpgm.inference.families import FamilyPlan, few_patterns
+
+    network = _random_network(1)
+    rng = np.random.default_rng(7)
+    observed = [v for v in network.variables if v != "v3"][-3:]  # v3 = 0 is impossible
+    base = np.stack([rng.integers(0, network.cardinality(v), 40) for v in observed], axis=1)
+    base[rng.random(base.shape) < 0.3] = -1
+    index = rng.integers(0, 40, 60_000)
+    weights = rng.random(60_000)
+    plan = FamilyPlan(network.variables, {v: network.cardinality(v) for v in network.variables},
+                      {v: network.parents(v) for v in network.variables}, enumeration_limit=limit)
+    assert few_patterns(plan.card[[plan.index[v] for v in observed]], len(index))
+    theta = plan.flatten({v: network.cpds[v].values for v in network.variables})
+    loglik, counts, tree_rows = plan.expected_counts(theta, base[index].astype(np.int16), observed, weights)
+    assert tree_rows == (60_000 if limit == 0 else 0)
+    expected_loglik, expected = _brute_force_family_counts(network, observed, base,
+                                                           np.bincount(index, weights, minlength=40))
+    assert loglik == pytest.approx(expected_loglik, rel=1e-11)
+    for v, table in plan.tables(counts).items():
+        np.testing.assert_allclose(table, expected[v], rtol=1e-11, atol=1e-11 * len(index))
+
+
 @pytest.mark.parametrize("limit", [0, 1 << 12])
 def test_impossible_row_gives_minus_infinite_loglik_on_both_paths(limit):
     from dpgm.inference.families import FamilyPlan
