@@ -292,10 +292,21 @@ def write_dataset(
     return _then(written, _mark_complete, target, storage_options)
 
 
+def stored_chunk_rows(chunk_rows: int, n_rows: int) -> int:
+    """The rows of a stored chunk: ``chunk_rows``, cut to the ``n_rows`` of the data (at least 1)."""
+    return max(min(int(chunk_rows), n_rows), 1)
+
+
 def create_store(ds: xr.Dataset, target: str, chunk_rows: int, storage_options: dict[str, Any] | None, *,
                  compute: bool = False):
     """Create the store ``target`` (which must not exist: claimed by :func:`dpgm.data.claim.writing`) marked
-    incomplete; with ``compute`` write the chunks too. The caller marks it complete after its last chunk."""
+    incomplete; with ``compute`` write the chunks too. The caller marks it complete after its last chunk.
+
+    A chunk is never longer than the data (``chunk_rows`` is cut to the row count): Zarr stores and
+    decodes whole chunks, so 100 rows in a chunk of 10⁶ would be read back, on every pass, as a
+    decoded array of 10⁶ rows (``benchmarks/results/small_chunks.md``). A caller splitting its writes
+    by the uncut ``chunk_rows`` then writes that one chunk whole, as before."""
+    chunk_rows = stored_chunk_rows(chunk_rows, int(ds.sizes.get(ROW, 0)))
     out = ds.copy()
     out.attrs = {**ds.attrs, "dpgm_schema_version": SCHEMA_VERSION, "variables": list(map(str, ds.data_vars)),
                  COMPLETE: False}

@@ -59,3 +59,28 @@ def test_cli_refuses_a_zarr_v2_store_with_exit_65(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 65, result.stderr
     assert result.stderr.strip().splitlines()[-1].endswith("dpgm convert"), result.stderr
+
+
+@pytest.mark.parametrize("writer", ["write_dataset", "sample_bayesian_network", "convert"])
+def test_a_store_smaller_than_a_chunk_is_stored_as_one_chunk_of_its_rows(tmp_path, writer):
+    """Zarr decodes whole chunks: 500 rows written with chunk_rows 10⁶ (the default of write_dataset and
+    sample_bayesian_network) are one chunk of 500 rows, as Zarr itself reads the array's metadata, and
+    read back equal to what was written."""
+    import zarr
+
+    frame = _frame()
+    path = tmp_path / "small.zarr"
+    if writer == "write_dataset":
+        dpgm.write_dataset(dpgm.from_pandas(frame), path)
+    elif writer == "convert":
+        frame.to_csv(tmp_path / "small.csv", index=False)
+        dpgm.convert(tmp_path / "small.csv", path, chunk_rows=1_000_000)
+    else:
+        network = dpgm.BayesianNetwork.from_edges([("a", "b")], states={"a": ["no", "yes"], "b": ["lo", "mid", "hi"]})
+        frame = dpgm.to_pandas(dpgm.sample_bayesian_network(network.randomized(np.random.default_rng(0)), 500, path))
+    for name in ("a", "b"):
+        array = zarr.open_array(str(path / name), mode="r")
+        assert array.shape == (500,) and array.chunks == (500,), (name, array.chunks)
+    back = dpgm.to_pandas(dpgm.open_dataset(path))
+    for name in ("a", "b"):
+        assert back[name].astype(str).tolist() == frame[name].astype(str).tolist()
