@@ -245,7 +245,8 @@ def write_dataset(
     path
         Local path or fsspec URL.
     chunk_rows
-        Rows per Zarr chunk (and per Dask chunk on write).
+        Rows per Zarr chunk (and per Dask chunk on write); cut to the rows of ``ds`` if longer,
+        since Zarr decodes whole chunks.
     mode
         ``"w-"`` refuses to overwrite (default), ``"w"`` replaces an existing store
         once the new one is complete.

@@ -145,7 +145,7 @@ def sample_bayesian_network(
     missing
         Fraction of values set missing (``-1``) completely at random, per variable.
     chunk_rows
-        Rows per chunk (task and Zarr chunk).
+        Rows per chunk (task and Zarr chunk; a Zarr chunk is cut to ``n_rows`` if longer).
     client
         Dask client (default: the active one, else threads in this process).
     progress
