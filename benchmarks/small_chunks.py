@@ -4,7 +4,7 @@ Run: ``python -m benchmarks.small_chunks [--repeats 3] [--passes 40]``.
 
 Zarr stores and decodes whole chunks: a store of 2,000 rows written with ``chunk_rows=1_000_000``
 used to hold one chunk of 10⁶ rows per variable (the rest fill values), decoded in full on every
-read. :func:`dpgm.data.io.stored_chunk_rows` now cuts the stored chunk to the rows. Each case writes
+read. :func:`dpgm.data.encoding.stored_chunk_rows` now cuts the stored chunk to the rows. Each case writes
 its data twice with :func:`dpgm.write_dataset` (default ``chunk_rows``): once as now, once with the
 cut switched off in this process (the layout written before), then runs the same fit on each, the
 two alternating ``--repeats`` times. Reported: seconds per pass (median), their ratio, and whether
